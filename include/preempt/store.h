@@ -59,7 +59,9 @@ struct StoreOptions {
 
 // One named buffer to save. `data` must stay valid and unchanged until the save is done.
 struct SaveItem {
-  std::string name;                // [A-Za-z0-9_.:/-]+ style names; no "..", no leading '/'
+  // 1..512 bytes of [A-Za-z0-9_.:@#+=,[]()-]; no '/', no "..", not starting with '.'.
+  // Use ':' or '.' to build hierarchical names ("model:fc1.weight", "optim:state.3.exp_avg").
+  std::string name;
   DType dtype = DType::kBytes;
   std::vector<int64_t> shape;      // empty for kBytes blobs and scalars
   const void* data = nullptr;
@@ -145,6 +147,7 @@ struct RestoreResult {
   std::map<std::string, std::string> metadata;
   std::vector<TensorInfo> tensors;                 // every entry of the checkpoint (this rank)
   std::map<std::string, AlignedBuffer> owned;      // entries read without a caller target
+  std::vector<std::string> missing;                // non-strict: targets absent from the checkpoint
   std::vector<std::string> rejected;               // checkpoints skipped, "<path>: <reason>"
   double read_s = 0;
   uint64_t bytes = 0;
@@ -195,5 +198,7 @@ class Store {
 
 // "step-00001200"
 std::string StepDirName(int64_t step);
+// True when `name` is acceptable as a SaveItem name (see SaveItem::name).
+bool IsValidEntryName(const std::string& name);
 
 }  // namespace preempt
