@@ -1,0 +1,436 @@
+#include "preempt/hints.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <rapidjson/document.h>
+#include <rapidjson/error/en.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+#include "preempt/log.h"
+
+namespace preempt {
+namespace {
+
+std::string ParentDir(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+Status ReadWholeFile(const std::string& path, size_t max_bytes, std::string* out) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "open", path);
+  out->clear();
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      return Status::FromErrno(e, "read", path);
+    }
+    if (n == 0) break;
+    out->append(buf, static_cast<size_t>(n));
+    if (out->size() > max_bytes) {
+      ::close(fd);
+      return Status(StatusCode::kCorruption, path + ": larger than " + std::to_string(max_bytes) + " bytes");
+    }
+  }
+  ::close(fd);
+  return Status::OK();
+}
+
+// Field accessors that produce errors naming the origin and the field.
+class FieldReader {
+ public:
+  FieldReader(std::string what, std::string origin) : what_(std::move(what)), origin_(std::move(origin)) {}
+
+  Status Err(const std::string& field, const std::string& msg) const {
+    return Status(StatusCode::kCorruption, what_ + " " + origin_ + ": field '" + field + "': " + msg);
+  }
+  // `required`: missing is an error; otherwise *out keeps its value.
+  Status Number(const rapidjson::Value& obj, const char* name, const std::string& full, bool required,
+                double* out) const {
+    auto it = obj.FindMember(name);
+    if (it == obj.MemberEnd()) return required ? Err(full, "missing") : Status::OK();
+    if (!it->value.IsNumber()) return Err(full, "expected a number");
+    double v = it->value.GetDouble();
+    if (!std::isfinite(v)) return Err(full, "not finite");
+    *out = v;
+    return Status::OK();
+  }
+  Status Int(const rapidjson::Value& obj, const char* name, const std::string& full, bool required,
+             int64_t* out) const {
+    auto it = obj.FindMember(name);
+    if (it == obj.MemberEnd()) return required ? Err(full, "missing") : Status::OK();
+    if (!it->value.IsInt64()) return Err(full, "expected an integer");
+    *out = it->value.GetInt64();
+    return Status::OK();
+  }
+  Status String(const rapidjson::Value& obj, const char* name, const std::string& full, bool required,
+                std::string* out) const {
+    auto it = obj.FindMember(name);
+    if (it == obj.MemberEnd()) return required ? Err(full, "missing") : Status::OK();
+    if (!it->value.IsString()) return Err(full, "expected a string");
+    out->assign(it->value.GetString(), it->value.GetStringLength());
+    return Status::OK();
+  }
+  Status Object(const rapidjson::Value& obj, const char* name, bool required, const rapidjson::Value** out) const {
+    *out = nullptr;
+    auto it = obj.FindMember(name);
+    if (it == obj.MemberEnd()) return required ? Err(name, "missing") : Status::OK();
+    if (!it->value.IsObject()) return Err(name, "expected an object");
+    *out = &it->value;
+    return Status::OK();
+  }
+
+ private:
+  std::string what_, origin_;
+};
+
+Status ParseDocument(const std::string& json, const std::string& what, const std::string& origin,
+                     const char* schema, rapidjson::Document* doc) {
+  doc->Parse(json.c_str(), json.size());
+  if (doc->HasParseError()) {
+    return Status(StatusCode::kCorruption, what + " " + origin + ": invalid JSON at offset " +
+                                               std::to_string(doc->GetErrorOffset()) + ": " +
+                                               rapidjson::GetParseError_En(doc->GetParseError()));
+  }
+  if (!doc->IsObject()) return Status(StatusCode::kCorruption, what + " " + origin + ": not a JSON object");
+  auto it = doc->FindMember("schema");
+  if (it == doc->MemberEnd() || !it->value.IsString())
+    return Status(StatusCode::kCorruption, what + " " + origin + ": field 'schema': missing");
+  if (std::string(it->value.GetString()) != schema)
+    return Status(StatusCode::kVersionMismatch, what + " " + origin + ": field 'schema': '" +
+                                                    it->value.GetString() + "' is not '" + schema + "'");
+  return Status::OK();
+}
+
+int64_t MtimeNs(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
+}
+
+}  // namespace
+
+const char* JobStateName(JobState s) {
+  switch (s) {
+    case JobState::kTraining: return "training";
+    case JobState::kCheckpointing: return "checkpointing";
+    case JobState::kStopping: return "stopping";
+    case JobState::kStopped: return "stopped";
+  }
+  return "training";
+}
+
+bool ParseJobState(const std::string& name, JobState* out) {
+  for (JobState s : {JobState::kTraining, JobState::kCheckpointing, JobState::kStopping, JobState::kStopped}) {
+    if (name == JobStateName(s)) {
+      *out = s;
+      return true;
+    }
+  }
+  return false;
+}
+
+double Hints::LostWorkAt(double now_unix) const {
+  if (state != JobState::kTraining && state != JobState::kCheckpointing) return lost_work_s;
+  return lost_work_s + std::max(0.0, now_unix - updated_unix);
+}
+
+double NowUnix() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+std::string HintsToJson(const Hints& h) {
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  w.StartObject();
+  w.Key("schema"); w.String(kHintsSchema);
+  w.Key("job"); w.String(h.job.c_str(), static_cast<rapidjson::SizeType>(h.job.size()));
+  w.Key("updated_unix"); w.Double(h.updated_unix);
+  w.Key("state"); w.String(JobStateName(h.state));
+  w.Key("step"); w.Int64(h.step);
+  w.Key("step_time_s"); w.Double(h.step_time_s);
+  w.Key("last_commit");
+  w.StartObject();
+  w.Key("step"); w.Int64(h.last_commit.step);
+  w.Key("unix"); w.Double(h.last_commit.unix);
+  w.Key("path"); w.String(h.last_commit.path.c_str(), static_cast<rapidjson::SizeType>(h.last_commit.path.size()));
+  w.EndObject();
+  w.Key("cost");
+  w.StartObject();
+  w.Key("bytes"); w.Uint64(h.cost.bytes);
+  w.Key("drain_s"); w.Double(h.cost.drain_s);
+  w.Key("stall_s"); w.Double(h.cost.stall_s);
+  w.Key("persist_s"); w.Double(h.cost.persist_s);
+  w.EndObject();
+  w.Key("grace");
+  w.StartObject();
+  w.Key("needed_s"); w.Double(h.grace.needed_s);
+  w.Key("granted_s"); w.Double(h.grace.granted_s);
+  w.EndObject();
+  w.Key("lost_work_s"); w.Double(h.lost_work_s);
+  w.Key("gpus"); w.Int(h.gpus);
+  w.Key("request_ack"); w.Int64(h.request_ack);
+  w.EndObject();
+  return std::string(sb.GetString(), sb.GetSize()) + "\n";
+}
+
+Status HintsFromJson(const std::string& json, const std::string& origin, Hints* out) {
+  rapidjson::Document doc;
+  PREEMPT_RETURN_IF_ERROR(ParseDocument(json, "hints", origin, kHintsSchema, &doc));
+  FieldReader r("hints", origin);
+  Hints h;
+  PREEMPT_RETURN_IF_ERROR(r.String(doc, "job", "job", true, &h.job));
+  if (h.job.empty()) return r.Err("job", "empty");
+  PREEMPT_RETURN_IF_ERROR(r.Number(doc, "updated_unix", "updated_unix", true, &h.updated_unix));
+  std::string state;
+  PREEMPT_RETURN_IF_ERROR(r.String(doc, "state", "state", true, &state));
+  if (!ParseJobState(state, &h.state)) return r.Err("state", "unknown state '" + state + "'");
+  PREEMPT_RETURN_IF_ERROR(r.Int(doc, "step", "step", true, &h.step));
+  PREEMPT_RETURN_IF_ERROR(r.Number(doc, "step_time_s", "step_time_s", false, &h.step_time_s));
+
+  const rapidjson::Value* obj = nullptr;
+  PREEMPT_RETURN_IF_ERROR(r.Object(doc, "last_commit", true, &obj));
+  PREEMPT_RETURN_IF_ERROR(r.Int(*obj, "step", "last_commit.step", true, &h.last_commit.step));
+  PREEMPT_RETURN_IF_ERROR(r.Number(*obj, "unix", "last_commit.unix", true, &h.last_commit.unix));
+  PREEMPT_RETURN_IF_ERROR(r.String(*obj, "path", "last_commit.path", false, &h.last_commit.path));
+
+  PREEMPT_RETURN_IF_ERROR(r.Object(doc, "cost", true, &obj));
+  int64_t bytes = 0;
+  PREEMPT_RETURN_IF_ERROR(r.Int(*obj, "bytes", "cost.bytes", true, &bytes));
+  if (bytes < 0) return r.Err("cost.bytes", "negative");
+  h.cost.bytes = static_cast<uint64_t>(bytes);
+  PREEMPT_RETURN_IF_ERROR(r.Number(*obj, "drain_s", "cost.drain_s", true, &h.cost.drain_s));
+  PREEMPT_RETURN_IF_ERROR(r.Number(*obj, "stall_s", "cost.stall_s", true, &h.cost.stall_s));
+  PREEMPT_RETURN_IF_ERROR(r.Number(*obj, "persist_s", "cost.persist_s", true, &h.cost.persist_s));
+  if (h.cost.drain_s < 0 || h.cost.stall_s < 0 || h.cost.persist_s < 0) return r.Err("cost", "negative duration");
+
+  PREEMPT_RETURN_IF_ERROR(r.Object(doc, "grace", true, &obj));
+  PREEMPT_RETURN_IF_ERROR(r.Number(*obj, "needed_s", "grace.needed_s", true, &h.grace.needed_s));
+  PREEMPT_RETURN_IF_ERROR(r.Number(*obj, "granted_s", "grace.granted_s", false, &h.grace.granted_s));
+
+  PREEMPT_RETURN_IF_ERROR(r.Number(doc, "lost_work_s", "lost_work_s", true, &h.lost_work_s));
+  if (h.lost_work_s < 0) return r.Err("lost_work_s", "negative");
+  int64_t gpus = 1;
+  PREEMPT_RETURN_IF_ERROR(r.Int(doc, "gpus", "gpus", true, &gpus));
+  if (gpus < 0 || gpus > 1000000) return r.Err("gpus", "out of range");
+  h.gpus = static_cast<int>(gpus);
+  PREEMPT_RETURN_IF_ERROR(r.Int(doc, "request_ack", "request_ack", false, &h.request_ack));
+  *out = std::move(h);
+  return Status::OK();
+}
+
+Status WriteFileAtomic(const std::string& path, const std::string& data) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::FromErrno(errno, "open", tmp);
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return Status::FromErrno(e, "write", tmp);
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return Status::FromErrno(e, "fsync", tmp);
+  }
+  if (::close(fd) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    return Status::FromErrno(e, "close", tmp);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    return Status::FromErrno(e, "rename to " + path, tmp);
+  }
+  std::string dir = ParentDir(path);
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return Status::FromErrno(errno, "open directory", dir);
+  int rc = ::fsync(dfd);
+  int e = errno;
+  ::close(dfd);
+  if (rc != 0) return Status::FromErrno(e, "fsync directory", dir);
+  return Status::OK();
+}
+
+Status WriteHintsAtomic(const std::string& path, const Hints& h) {
+  if (path.empty()) return Status(StatusCode::kInvalidArgument, "hints path is empty");
+  return WriteFileAtomic(path, HintsToJson(h));
+}
+
+Status ReadHints(const std::string& path, Hints* out, double* age_s) {
+  std::string data;
+  PREEMPT_RETURN_IF_ERROR(ReadWholeFile(path, 1 << 20, &data));
+  PREEMPT_RETURN_IF_ERROR(HintsFromJson(data, path, out));
+  if (age_s) *age_s = NowUnix() - out->updated_unix;
+  return Status::OK();
+}
+
+std::string HintsPathFromEnv() {
+  const char* v = std::getenv("PREEMPT_HINTS_FILE");
+  return v ? v : "";
+}
+
+// ---- CostTracker ----
+
+CostTracker::CostTracker(size_t window, double ewma_alpha)
+    : window_(std::max<size_t>(1, window)), alpha_(std::clamp(ewma_alpha, 0.0, 1.0)) {}
+
+void CostTracker::Add(const CostSample& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (count_ == 0) {
+    ewma_ = s;
+  } else {
+    auto mix = [this](double old, double v) { return old + alpha_ * (v - old); };
+    ewma_.bytes = static_cast<uint64_t>(std::llround(mix(static_cast<double>(ewma_.bytes), static_cast<double>(s.bytes))));
+    ewma_.drain_s = mix(ewma_.drain_s, s.drain_s);
+    ewma_.stall_s = mix(ewma_.stall_s, s.stall_s);
+    ewma_.persist_s = mix(ewma_.persist_s, s.persist_s);
+  }
+  ++count_;
+  recent_.push_back(s);
+  if (recent_.size() > window_) recent_.pop_front();
+}
+
+size_t CostTracker::count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return count_;
+}
+
+CostSample CostTracker::Ewma() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ewma_;
+}
+
+CostSample CostTracker::P95() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CostSample out;
+  if (recent_.empty()) return out;
+  // Nearest-rank: the ceil(0.95 n)-th smallest value.
+  size_t n = recent_.size();
+  size_t rank = static_cast<size_t>(std::ceil(0.95 * static_cast<double>(n)));
+  rank = std::clamp<size_t>(rank, 1, n) - 1;
+  auto pick = [&](auto get) {
+    std::vector<double> v;
+    v.reserve(n);
+    for (const auto& s : recent_) v.push_back(get(s));
+    std::nth_element(v.begin(), v.begin() + static_cast<long>(rank), v.end());
+    return v[rank];
+  };
+  out.bytes = static_cast<uint64_t>(pick([](const CostSample& s) { return static_cast<double>(s.bytes); }));
+  out.drain_s = pick([](const CostSample& s) { return s.drain_s; });
+  out.stall_s = pick([](const CostSample& s) { return s.stall_s; });
+  out.persist_s = pick([](const CostSample& s) { return s.persist_s; });
+  return out;
+}
+
+Hints::Cost CostTracker::P95Cost() const {
+  CostSample p = P95();
+  Hints::Cost c;
+  c.bytes = p.bytes;
+  c.drain_s = p.drain_s;
+  c.stall_s = p.stall_s;
+  c.persist_s = p.persist_s;
+  return c;
+}
+
+// ---- request channel ----
+
+std::string RequestPathFor(const std::string& hints_path) {
+  const char* v = std::getenv("PREEMPT_REQUEST_FILE");
+  if (v && *v) return v;
+  return hints_path + ".request";
+}
+
+std::string RequestToJson(const CheckpointRequest& r) {
+  return std::string("{\"schema\":\"") + kRequestSchema + "\",\"action\":\"" + r.action +
+         "\",\"id\":" + std::to_string(r.id) + "}\n";
+}
+
+Status RequestFromJson(const std::string& json, const std::string& origin, CheckpointRequest* out) {
+  rapidjson::Document doc;
+  PREEMPT_RETURN_IF_ERROR(ParseDocument(json, "request", origin, kRequestSchema, &doc));
+  FieldReader r("request", origin);
+  CheckpointRequest req;
+  PREEMPT_RETURN_IF_ERROR(r.String(doc, "action", "action", true, &req.action));
+  if (req.action != "checkpoint") return r.Err("action", "unknown action '" + req.action + "'");
+  PREEMPT_RETURN_IF_ERROR(r.Int(doc, "id", "id", true, &req.id));
+  if (req.id <= 0) return r.Err("id", "must be > 0");
+  *out = std::move(req);
+  return Status::OK();
+}
+
+Status WriteCheckpointRequest(const std::string& path, const CheckpointRequest& r) {
+  if (r.id <= 0) return Status(StatusCode::kInvalidArgument, "checkpoint request id must be > 0");
+  return WriteFileAtomic(path, RequestToJson(r));
+}
+
+Status ReadCheckpointRequest(const std::string& path, CheckpointRequest* out) {
+  std::string data;
+  PREEMPT_RETURN_IF_ERROR(ReadWholeFile(path, 4096, &data));
+  return RequestFromJson(data, path, out);
+}
+
+RequestChannel::RequestChannel(std::string path, std::chrono::milliseconds min_interval, int64_t last_handled)
+    : path_(std::move(path)), min_interval_(min_interval), last_id_(last_handled) {}
+
+std::optional<CheckpointRequest> RequestChannel::poll() {
+  auto now = std::chrono::steady_clock::now();
+  if (now < next_check_) return std::nullopt;
+  next_check_ = now + min_interval_;
+  struct stat st;
+  if (::stat(path_.c_str(), &st) != 0) {
+    have_stat_ = false;
+    return std::nullopt;
+  }
+  if (have_stat_ && st.st_ino == ino_ && st.st_size == size_ && MtimeNs(st) == mtime_ns_) return std::nullopt;
+  CheckpointRequest req;
+  Status s = ReadCheckpointRequest(path_, &req);
+  if (!s.ok()) {
+    if (s.code() == StatusCode::kNotFound) {
+      have_stat_ = false;
+      return std::nullopt;
+    }
+    if (!warned_) PREEMPT_LOG_WARN("ignoring checkpoint request: %s", s.ToString().c_str());
+    warned_ = true;
+    // Remember the bad version so it is not re-parsed on every poll.
+    have_stat_ = true;
+    ino_ = st.st_ino;
+    size_ = st.st_size;
+    mtime_ns_ = MtimeNs(st);
+    return std::nullopt;
+  }
+  have_stat_ = true;
+  ino_ = st.st_ino;
+  size_ = st.st_size;
+  mtime_ns_ = MtimeNs(st);
+  warned_ = false;
+  if (req.id <= last_id_) return std::nullopt;
+  last_id_ = req.id;
+  return req;
+}
+
+}  // namespace preempt
