@@ -1,0 +1,68 @@
+// The stop-step agreement protocol (torch-free part). See include/preempt/coord.h.
+#include "preempt/coord.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
+#include "preempt/log.h"
+
+namespace preempt {
+
+Status Collective::barrier(Deadline deadline) {
+  int64_t v = 0;
+  return allreduce_max(&v, 1, deadline);
+}
+
+StopCoordinator::StopCoordinator(Collective* collective, CoordOptions options)
+    : collective_(collective), options_(options) {
+  if (options_.check_every < 1) options_.check_every = 1;
+}
+
+Status StopCoordinator::check(int64_t step, bool local_stop, bool local_checkpoint, Deadline local_deadline,
+                              StopDecision* out) {
+  *out = StopDecision{};
+  out->step = step;
+  out->deadline = local_deadline;
+  if (!is_check_step(step)) return Status::OK();
+  auto t0 = std::chrono::steady_clock::now();
+  // Remaining time travels as a duration (clocks of different hosts are not comparable);
+  // MAX over −remaining_ms gives the smallest remaining time.
+  constexpr int64_t kNoDeadline = std::numeric_limits<int64_t>::min() / 2;
+  int64_t remaining_ms = kNoDeadline;
+  if (!local_deadline.is_never()) {
+    remaining_ms = -std::chrono::duration_cast<std::chrono::milliseconds>(local_deadline.remaining()).count();
+  }
+  int64_t v[3] = {local_stop ? 1 : 0, local_checkpoint ? 1 : 0, remaining_ms};
+  Deadline bound = local_deadline.min(Deadline::InSeconds(options_.collective_timeout_s));
+  Status st = collective_->allreduce_max(v, 3, bound);
+  double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats_.checks++;
+  stats_.last_check_s = dt;
+  stats_.total_check_s += dt;
+  stats_.max_check_s = std::max(stats_.max_check_s, dt);
+  if (!st.ok()) return st.WithContext("stop agreement at step " + std::to_string(step));
+  out->checked = true;
+  out->stop = v[0] != 0;
+  out->checkpoint = v[1] != 0;
+  if (v[2] != kNoDeadline) {
+    Deadline agreed = Deadline::In(std::chrono::milliseconds(-v[2]));
+    out->deadline = local_deadline.min(agreed);
+  }
+  return Status::OK();
+}
+
+Status DrainAll(const std::vector<DrainSource*>& sources, Deadline deadline) {
+  Status first;
+  for (DrainSource* s : sources) {
+    if (!s) continue;
+    Status st = s->drain(deadline);
+    if (!st.ok()) {
+      PREEMPT_LOG_WARN("drain of %s: %s", s->name().c_str(), st.ToString().c_str());
+      if (first.ok()) first = st;
+    }
+  }
+  return first;
+}
+
+}  // namespace preempt

@@ -1,0 +1,121 @@
+// Cross-rank stop agreement and drain over gloo, with real worker processes (coord_worker).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "coord/proc_util.h"
+#include "support/test_util.h"
+
+namespace preempt::testing {
+namespace {
+
+std::string Worker() { return BinaryDir() + "/tests/coord/coord_worker"; }
+
+bool WaitForFile(const std::string& path, double timeout_s) {
+  for (int i = 0; i < timeout_s * 100; ++i) {
+    if (access(path.c_str(), F_OK) == 0) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+int64_t Progress(const std::string& out) {
+  std::ifstream in(out + ".progress");
+  int64_t s = -1;
+  in >> s;
+  return s;
+}
+
+struct Job {
+  std::vector<pid_t> pids;
+  std::vector<std::string> outs;
+};
+
+Job Launch(const TempDir& dir, const std::string& mode, int world, const std::vector<std::string>& env,
+           const std::string& every = "1", const std::string& steps = "100000") {
+  Job job;
+  std::string store = dir / "store";
+  for (int r = 0; r < world; ++r) {
+    std::string out = dir / ("rank" + std::to_string(r) + ".out");
+    job.outs.push_back(out);
+    job.pids.push_back(SpawnProcess({Worker(), mode, std::to_string(r), std::to_string(world), store, out, every, steps},
+                                    out + ".log", env));
+  }
+  for (auto& o : job.outs) EXPECT_TRUE(WaitForFile(o + ".ready", 60)) << o;
+  return job;
+}
+
+void AgreeOnce(int world, int every, unsigned seed) {
+  TempDir dir("coord");
+  Job job = Launch(dir, "agree", world, {"PREEMPT_GRACE_S=20"}, std::to_string(every));
+  std::mt19937 rng(seed);
+  int victim = static_cast<int>(rng() % world);
+  int64_t at = 3 + rng() % 20;
+  while (Progress(job.outs[victim]) < at) usleep(1000);
+  ASSERT_EQ(kill(job.pids[victim], SIGTERM), 0);
+  int64_t stop_step = -2;
+  for (int r = 0; r < world; ++r) {
+    int st = WaitProcess(job.pids[r], 60);
+    ASSERT_EQ(ExitCode(st), 0) << "rank " << r << ": " << ReadFileOrDie(job.outs[r] + ".log");
+    std::string text = ReadFileOrDie(job.outs[r]);
+    std::istringstream is(text);
+    std::string word;
+    int64_t step;
+    std::string drained_word;
+    int drained = 0;
+    is >> word >> step >> drained_word >> drained;
+    ASSERT_EQ(word, "stop") << text;
+    EXPECT_EQ(drained, 1) << text;
+    EXPECT_EQ(step % every, 0);
+    if (stop_step == -2) stop_step = step;
+    EXPECT_EQ(step, stop_step) << "rank " << r << " stopped at a different step";
+  }
+  EXPECT_GE(stop_step, at);
+  EXPECT_LE(stop_step, at + every + 2);
+}
+
+TEST(CoordGloo, TwoRanksAgreeWhenOneRankIsSignalled) { AgreeOnce(2, 1, 1); }
+TEST(CoordGloo, FourRanksAgreeWhenOneRankIsSignalled) {
+  AgreeOnce(4, 1, 2);
+  AgreeOnce(4, 1, 3);
+}
+TEST(CoordGloo, CheckEveryKStepsAgreesOnAScheduledStep) { AgreeOnce(2, 4, 4); }
+
+TEST(CoordGloo, StuckRankHitsTheDeadlineWithoutHanging) {
+  TempDir dir("coord-stuck");
+  Job job = Launch(dir, "stuck", 2, {"PREEMPT_GRACE_S=3", "PREEMPT_GRACE_RESERVE_S=1"});
+  while (Progress(job.outs[0]) < 4) usleep(1000);
+  usleep(100000);  // rank 1 is now asleep before the collective
+  ASSERT_EQ(kill(job.pids[0], SIGTERM), 0);
+  double waited = 0;
+  int st = WaitProcess(job.pids[0], 30, &waited);
+  EXPECT_EQ(ExitCode(st), 3) << ReadFileOrDie(job.outs[0] + ".log");
+  EXPECT_LT(waited, 3.0) << "rank 0 must give up at receipt + grace - reserve (2 s)";
+  EXPECT_NE(ReadFileOrDie(job.outs[0]).find("DeadlineExceeded"), std::string::npos) << ReadFileOrDie(job.outs[0]);
+  kill(job.pids[1], SIGKILL);
+  WaitProcess(job.pids[1], 10);
+}
+
+TEST(CoordGloo, PerStepCheckCost) {
+  for (std::string every : {"1", "10"}) {
+    TempDir dir("coord-bench");
+    Job job = Launch(dir, "bench", 2, {}, every, "2000");
+    for (int r = 0; r < 2; ++r) ASSERT_EQ(ExitCode(WaitProcess(job.pids[r], 120)), 0);
+    std::string text = ReadFileOrDie(job.outs[0]);
+    std::istringstream is(text);
+    std::string w;
+    double mean_us = 0;
+    is >> w >> mean_us;
+    std::printf("gloo 2 ranks, check_every=%s: %s", every.c_str(), text.c_str());
+    EXPECT_GT(mean_us, 0);
+    EXPECT_LT(mean_us, 20000) << "a per-step check must stay cheap";
+  }
+}
+
+}  // namespace
+}  // namespace preempt::testing
