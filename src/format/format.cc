@@ -1,0 +1,331 @@
+#include "format/format.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include <cereal/archives/json.hpp>
+#include <cereal/types/map.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
+
+namespace preempt {
+
+// Serialization of the public TensorInfo lives here so the public header stays cereal-free.
+template <class Archive>
+void save(Archive& ar, const TensorInfo& t) {
+  ar(cereal::make_nvp("name", t.name), cereal::make_nvp("dtype", std::string(DTypeName(t.dtype))),
+     cereal::make_nvp("shape", t.shape), cereal::make_nvp("offset", t.offset), cereal::make_nvp("nbytes", t.nbytes));
+}
+
+template <class Archive>
+void load(Archive& ar, TensorInfo& t) {
+  std::string dtype;
+  ar(cereal::make_nvp("name", t.name), cereal::make_nvp("dtype", dtype), cereal::make_nvp("shape", t.shape),
+     cereal::make_nvp("offset", t.offset), cereal::make_nvp("nbytes", t.nbytes));
+  if (!DTypeFromName(dtype, &t.dtype)) throw cereal::Exception("tensor " + t.name + ": unknown dtype '" + dtype + "'");
+}
+
+std::string StepDirName(int64_t step) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "step-%08" PRId64, step);
+  return buf;
+}
+
+bool IsValidEntryName(const std::string& name) {
+  if (name.empty() || name.size() > 512 || name[0] == '.') return false;
+  if (name.find("..") != std::string::npos) return false;
+  for (unsigned char c : name) {
+    if (isalnum(c)) continue;
+    if (strchr("_.:@#+=,[]()-", c) == nullptr || c == 0) return false;
+  }
+  return true;
+}
+
+namespace format {
+
+std::string RankDataName(int rank) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "rank-%05d.bin", rank);
+  return buf;
+}
+
+std::string RankManifestName(int rank) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "rank-%05d.manifest", rank);
+  return buf;
+}
+
+bool ParseStepDirName(const std::string& name, int64_t* step, bool* tmp) {
+  if (name.rfind("step-", 0) != 0) return false;
+  size_t i = 5, digits = 0;
+  int64_t v = 0;
+  while (i < name.size() && isdigit(static_cast<unsigned char>(name[i]))) {
+    if (v > (std::numeric_limits<int64_t>::max() - 9) / 10) return false;
+    v = v * 10 + (name[i] - '0');
+    ++i;
+    ++digits;
+  }
+  if (digits < 8) return false;
+  std::string rest = name.substr(i);
+  if (rest.empty()) *tmp = false;
+  else if (rest == ".tmp") *tmp = true;
+  else return false;
+  *step = v;
+  return true;
+}
+
+uint64_t Hash64(const void* data, size_t n) { return XXH3_64bits(data, n); }
+
+std::string Hex64(uint64_t v) {
+  char buf[17];
+  snprintf(buf, sizeof(buf), "%016" PRIx64, v);
+  return buf;
+}
+
+namespace {
+
+std::string ShapeString(DType d, const std::vector<int64_t>& shape) {
+  std::string s = DTypeName(d);
+  s += "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Checks that dtype, shape and nbytes agree. Empty message when they do.
+std::string CheckEntryShape(DType dtype, const std::vector<int64_t>& shape, uint64_t nbytes) {
+  if (shape.size() > kMaxDims) return "has " + std::to_string(shape.size()) + " dims (max 64)";
+  if (dtype == DType::kBytes && shape.empty()) return "";
+  int64_t n = NumElements(shape);
+  if (n < 0) return "has a negative or overflowing shape";
+  uint64_t want = static_cast<uint64_t>(n);
+  uint64_t esize = DTypeSize(dtype);
+  if (want > std::numeric_limits<uint64_t>::max() / esize || want * esize != nbytes) {
+    return ShapeString(dtype, shape) + " needs " + std::to_string(want * esize) + " bytes, not " +
+           std::to_string(nbytes);
+  }
+  return "";
+}
+
+// Envelope: "preempt-<kind> <version> <len> <hash>\n<payload>".
+std::string Envelope(const std::string& kind, const std::string& payload) {
+  std::string head = "preempt-" + kind + " " + std::to_string(kFormatVersion) + " " + std::to_string(payload.size()) +
+                     " " + Hex64(Hash64(payload.data(), payload.size())) + "\n";
+  return head + payload;
+}
+
+Status OpenEnvelope(const std::string& kind, const std::string& text, const std::string& file, std::string* payload) {
+  auto nl = text.find('\n');
+  if (nl == std::string::npos || nl > 128) {
+    return Status(StatusCode::kCorruption, file + ": header line missing or too long (truncated or not a preempt " + kind + ")");
+  }
+  std::string head = text.substr(0, nl);
+  char magic[32] = {0};
+  unsigned version = 0;
+  unsigned long long len = 0;
+  char hex[32] = {0};
+  int n = sscanf(head.c_str(), "%31s %u %llu %31s", magic, &version, &len, hex);
+  if (n != 4 || std::string(magic) != "preempt-" + kind) {
+    return Status(StatusCode::kCorruption, file + ": header '" + head.substr(0, 60) + "' is not a preempt " + kind + " header");
+  }
+  if (version != kFormatVersion) {
+    return Status(StatusCode::kVersionMismatch, file + ": field format_version is " + std::to_string(version) +
+                                                   "; this build reads version " + std::to_string(kFormatVersion));
+  }
+  uint64_t have = text.size() - nl - 1;
+  if (len != have) {
+    return Status(StatusCode::kCorruption, file + ": payload is " + std::to_string(have) + " bytes, header says " +
+                                               std::to_string(len) + " (truncated or extended)");
+  }
+  const char* body = text.data() + nl + 1;
+  if (Hex64(Hash64(body, have)) != hex) {
+    return Status(StatusCode::kCorruption, file + ": checksum mismatch (header " + hex + ", content " +
+                                               Hex64(Hash64(body, have)) + ")");
+  }
+  // rapidjson parses recursively: refuse deep nesting before handing it the text.
+  int depth = 0;
+  bool in_string = false, escape = false;
+  for (uint64_t i = 0; i < have; ++i) {
+    char c = body[i];
+    if (in_string) {
+      if (escape) escape = false;
+      else if (c == '\\') escape = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return Status(StatusCode::kCorruption, file + ": JSON nested deeper than 32 levels");
+    } else if (c == ']' || c == '}') --depth;
+  }
+  payload->assign(body, have);
+  return Status::OK();
+}
+
+template <class Fn>
+Status ParseJson(const std::string& payload, const std::string& file, Fn&& fn) {
+  try {
+    std::istringstream in(payload);
+    cereal::JSONInputArchive ar(in);
+    fn(ar);
+  } catch (const std::exception& e) {
+    return Status(StatusCode::kCorruption, file + ": " + e.what());
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status LayoutItems(const std::vector<SaveItem>& items, std::vector<TensorInfo>* out, uint64_t* data_bytes) {
+  out->clear();
+  out->reserve(items.size());
+  std::set<std::string> seen;
+  uint64_t offset = 0;
+  for (const auto& it : items) {
+    if (!IsValidEntryName(it.name)) {
+      return Status(StatusCode::kInvalidArgument, "item name '" + it.name.substr(0, 80) +
+                                                      "' is not allowed (1..512 of [A-Za-z0-9_.:@#+=,[]()-], no '/' or '..')");
+    }
+    if (!seen.insert(it.name).second) return Status(StatusCode::kInvalidArgument, "item " + it.name + " appears twice");
+    if (it.nbytes > 0 && it.data == nullptr) {
+      return Status(StatusCode::kInvalidArgument, "item " + it.name + " has no data pointer");
+    }
+    std::string bad = CheckEntryShape(it.dtype, it.shape, it.nbytes);
+    if (!bad.empty()) return Status(StatusCode::kInvalidArgument, "item " + it.name + ": " + bad);
+    offset = AlignUp(offset, kTensorAlignment);
+    TensorInfo t;
+    t.name = it.name;
+    t.dtype = it.dtype;
+    t.shape = it.shape;
+    t.offset = offset;
+    t.nbytes = it.nbytes;
+    out->push_back(std::move(t));
+    offset += it.nbytes;
+  }
+  *data_bytes = offset;
+  return Status::OK();
+}
+
+std::string EncodeManifest(const Manifest& m) {
+  std::ostringstream os;
+  {
+    cereal::JSONOutputArchive ar(os, cereal::JSONOutputArchive::Options::NoIndent());
+    ar(cereal::make_nvp("schema", std::string("preempt.manifest/1")), cereal::make_nvp("format_version", m.format_version),
+       cereal::make_nvp("step", m.step), cereal::make_nvp("rank", m.rank), cereal::make_nvp("world_size", m.world_size),
+       cereal::make_nvp("created_unix_ms", m.created_unix_ms), cereal::make_nvp("data_file", m.data_file),
+       cereal::make_nvp("chunk_bytes", m.chunk_bytes), cereal::make_nvp("data_bytes", m.data_bytes),
+       cereal::make_nvp("file_bytes", m.file_bytes), cereal::make_nvp("tensors", m.tensors),
+       cereal::make_nvp("chunk_xxh3", m.chunk_xxh3), cereal::make_nvp("metadata", m.metadata));
+  }
+  return Envelope("manifest", os.str());
+}
+
+Status DecodeManifest(const std::string& text, const std::string& file, uint64_t data_file_size, Manifest* m) {
+  std::string payload;
+  PREEMPT_RETURN_IF_ERROR(OpenEnvelope("manifest", text, file, &payload));
+  std::string schema;
+  PREEMPT_RETURN_IF_ERROR(ParseJson(payload, file, [&](cereal::JSONInputArchive& ar) {
+    ar(cereal::make_nvp("schema", schema), cereal::make_nvp("format_version", m->format_version),
+       cereal::make_nvp("step", m->step), cereal::make_nvp("rank", m->rank), cereal::make_nvp("world_size", m->world_size),
+       cereal::make_nvp("created_unix_ms", m->created_unix_ms), cereal::make_nvp("data_file", m->data_file),
+       cereal::make_nvp("chunk_bytes", m->chunk_bytes), cereal::make_nvp("data_bytes", m->data_bytes),
+       cereal::make_nvp("file_bytes", m->file_bytes), cereal::make_nvp("tensors", m->tensors),
+       cereal::make_nvp("chunk_xxh3", m->chunk_xxh3), cereal::make_nvp("metadata", m->metadata));
+  }));
+  auto bad = [&](const std::string& field, const std::string& why) {
+    return Status(StatusCode::kCorruption, file + ": field " + field + " " + why);
+  };
+  if (schema != "preempt.manifest/1") return bad("schema", "is '" + schema.substr(0, 40) + "'");
+  if (m->format_version != kFormatVersion) {
+    return Status(StatusCode::kVersionMismatch, file + ": field format_version is " + std::to_string(m->format_version) +
+                                                   "; this build reads version " + std::to_string(kFormatVersion));
+  }
+  if (m->step < 0) return bad("step", "is negative");
+  if (m->world_size < 1 || m->world_size > kMaxWorldSize) return bad("world_size", "is out of range");
+  if (m->rank < 0 || m->rank >= m->world_size) return bad("rank", "is out of range");
+  if (m->data_file != RankDataName(m->rank)) return bad("data_file", "is '" + m->data_file.substr(0, 60) + "'");
+  if (m->chunk_bytes < kMinChunkBytes || m->chunk_bytes > kMaxChunkBytes || m->chunk_bytes % kMinChunkBytes) {
+    return bad("chunk_bytes", "is " + std::to_string(m->chunk_bytes));
+  }
+  if (m->data_bytes > std::numeric_limits<uint64_t>::max() - kMinChunkBytes ||
+      m->file_bytes != AlignUp(m->data_bytes, kMinChunkBytes)) {
+    return bad("file_bytes", "is " + std::to_string(m->file_bytes) + " for data_bytes " + std::to_string(m->data_bytes));
+  }
+  uint64_t chunks = (m->data_bytes + m->chunk_bytes - 1) / m->chunk_bytes;
+  if (m->chunk_xxh3.size() != chunks) {
+    return bad("chunk_xxh3", "has " + std::to_string(m->chunk_xxh3.size()) + " entries, expected " + std::to_string(chunks));
+  }
+  if (data_file_size != std::numeric_limits<uint64_t>::max() && data_file_size != m->file_bytes) {
+    return Status(StatusCode::kCorruption, file + ": data file " + m->data_file + " is " + std::to_string(data_file_size) +
+                                               " bytes, manifest says " + std::to_string(m->file_bytes) + " (truncated?)");
+  }
+  std::set<std::string> names;
+  uint64_t end_prev = 0;
+  for (const auto& t : m->tensors) {
+    if (!IsValidEntryName(t.name)) return bad("tensors[].name", "'" + t.name.substr(0, 60) + "' is not allowed");
+    if (!names.insert(t.name).second) return bad("tensors[].name", "'" + t.name + "' appears twice");
+    std::string why = CheckEntryShape(t.dtype, t.shape, t.nbytes);
+    if (!why.empty()) return bad("tensors[" + t.name + "].shape", why);
+    if (t.offset < end_prev) return bad("tensors[" + t.name + "].offset", "overlaps the previous tensor or is out of order");
+    if (t.nbytes > m->data_bytes || t.offset > m->data_bytes - t.nbytes) {
+      return bad("tensors[" + t.name + "].offset", std::to_string(t.offset) + "+" + std::to_string(t.nbytes) +
+                                                        " lies beyond data_bytes " + std::to_string(m->data_bytes));
+    }
+    end_prev = t.offset + t.nbytes;
+  }
+  return Status::OK();
+}
+
+std::string EncodeCommit(const CommitRecord& c) {
+  std::ostringstream os;
+  {
+    cereal::JSONOutputArchive ar(os, cereal::JSONOutputArchive::Options::NoIndent());
+    ar(cereal::make_nvp("schema", std::string("preempt.commit/1")), cereal::make_nvp("format_version", c.format_version),
+       cereal::make_nvp("step", c.step), cereal::make_nvp("world_size", c.world_size),
+       cereal::make_nvp("created_unix_ms", c.created_unix_ms), cereal::make_nvp("manifest_xxh3", c.manifest_xxh3));
+  }
+  return Envelope("commit", os.str());
+}
+
+Status DecodeCommit(const std::string& text, const std::string& file, CommitRecord* c) {
+  std::string payload;
+  PREEMPT_RETURN_IF_ERROR(OpenEnvelope("commit", text, file, &payload));
+  std::string schema;
+  PREEMPT_RETURN_IF_ERROR(ParseJson(payload, file, [&](cereal::JSONInputArchive& ar) {
+    ar(cereal::make_nvp("schema", schema), cereal::make_nvp("format_version", c->format_version),
+       cereal::make_nvp("step", c->step), cereal::make_nvp("world_size", c->world_size),
+       cereal::make_nvp("created_unix_ms", c->created_unix_ms), cereal::make_nvp("manifest_xxh3", c->manifest_xxh3));
+  }));
+  if (schema != "preempt.commit/1") return Status(StatusCode::kCorruption, file + ": field schema is '" + schema.substr(0, 40) + "'");
+  if (c->format_version != kFormatVersion) {
+    return Status(StatusCode::kVersionMismatch, file + ": field format_version is " + std::to_string(c->format_version));
+  }
+  if (c->world_size < 1 || c->world_size > kMaxWorldSize) return Status(StatusCode::kCorruption, file + ": field world_size is out of range");
+  if (c->manifest_xxh3.size() != static_cast<size_t>(c->world_size)) {
+    return Status(StatusCode::kCorruption, file + ": field manifest_xxh3 has " + std::to_string(c->manifest_xxh3.size()) +
+                                               " entries for world_size " + std::to_string(c->world_size));
+  }
+  return Status::OK();
+}
+
+std::string TensorsInRange(const Manifest& m, uint64_t begin, uint64_t end) {
+  std::string out;
+  int listed = 0, more = 0;
+  for (const auto& t : m.tensors) {
+    if (t.offset < end && t.offset + t.nbytes > begin) {
+      if (listed < 4) out += (listed++ ? ", " : "") + t.name;
+      else ++more;
+    }
+  }
+  if (more) out += " and " + std::to_string(more) + " more";
+  return out.empty() ? "(padding)" : out;
+}
+
+}  // namespace format
+}  // namespace preempt

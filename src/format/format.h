@@ -1,0 +1,80 @@
+// format — the on-disk layout of a checkpoint, and the parsers that read it back.
+//
+// Every file preempt writes for a checkpoint carries an envelope line
+//   "preempt-<kind> <format_version> <payload_bytes> <xxh3_hex>\n" followed by a JSON payload
+// (cereal), so a flipped byte or a truncation is detected before anything is parsed, and
+// parsed values are validated against the data file before any of them is used.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "preempt/status.h"
+#include "preempt/store.h"
+
+namespace preempt::format {
+
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint64_t kMaxManifestBytes = 64ull << 20;
+inline constexpr uint64_t kMaxCommitBytes = 1ull << 20;
+inline constexpr uint64_t kTensorAlignment = 64;   // tensors start on cache-line offsets
+inline constexpr uint64_t kMinChunkBytes = 4096;
+inline constexpr uint64_t kMaxChunkBytes = 1ull << 30;
+inline constexpr int kMaxWorldSize = 1 << 20;
+inline constexpr size_t kMaxDims = 64;
+inline constexpr int kMaxJsonDepth = 32;
+
+struct Manifest {
+  uint32_t format_version = kFormatVersion;
+  int64_t step = 0;
+  int rank = 0;
+  int world_size = 1;
+  int64_t created_unix_ms = 0;
+  std::string data_file;              // "rank-00000.bin"
+  uint64_t chunk_bytes = 0;
+  uint64_t data_bytes = 0;            // logical bytes covered by chunks
+  uint64_t file_bytes = 0;            // data_bytes rounded up to 4 KiB (size of the data file)
+  std::vector<uint64_t> chunk_xxh3;   // one per chunk of chunk_bytes (the last may be shorter)
+  std::vector<TensorInfo> tensors;    // sorted by offset
+  std::map<std::string, std::string> metadata;
+};
+
+struct CommitRecord {
+  uint32_t format_version = kFormatVersion;
+  int64_t step = 0;
+  int world_size = 1;
+  int64_t created_unix_ms = 0;
+  std::vector<uint64_t> manifest_xxh3;  // indexed by rank
+};
+
+std::string RankDataName(int rank);      // "rank-00000.bin"
+std::string RankManifestName(int rank);  // "rank-00000.manifest"
+inline constexpr const char* kCommitName = "COMMIT";
+inline constexpr const char* kLatestName = "LATEST";
+
+// "step-00001200" / "step-00001200.tmp" → step; false for anything else.
+bool ParseStepDirName(const std::string& name, int64_t* step, bool* tmp);
+
+uint64_t Hash64(const void* data, size_t n);
+std::string Hex64(uint64_t v);
+
+// Lays items out in a data file: offsets 64-byte aligned, in the given order.
+// Fails (kInvalidArgument, naming the item) on bad names, duplicates, or dtype/shape/size disagreement.
+Status LayoutItems(const std::vector<SaveItem>& items, std::vector<TensorInfo>* out, uint64_t* data_bytes);
+
+std::string EncodeManifest(const Manifest& m);
+// Parses and validates. `file` names the file in errors. When `data_file_size` is not
+// UINT64_MAX it must equal m.file_bytes. Never allocates more than a small multiple of text.size().
+Status DecodeManifest(const std::string& text, const std::string& file, uint64_t data_file_size, Manifest* m);
+
+std::string EncodeCommit(const CommitRecord& c);
+Status DecodeCommit(const std::string& text, const std::string& file, CommitRecord* c);
+
+// The names of tensors overlapping bytes [begin, end) of the data file (for error messages).
+std::string TensorsInRange(const Manifest& m, uint64_t begin, uint64_t end);
+
+}  // namespace preempt::format
