@@ -1,0 +1,153 @@
+// preempt/sched/policy.h — the cluster model and the preemption decision function.
+//
+// Decide() takes one snapshot of a cluster (nodes with GPU slots, pending and running jobs with
+// their hints) and returns what to do now: which jobs to start, which to preempt and how
+// (checkpoint-then-evict, or evict now), each with a one-line reason, plus an estimated wait and
+// a suggestion for each blocked high-priority job. It is a pure function of its inputs: the
+// simulator, the `plan` CLI and the `run` launcher all call it and execute its decisions.
+//
+// Policies: kHintAware (this project), and two baselines for comparison: kFcfs (first come first
+// served, no preemption) and kKubernetes (default kube-scheduler victim order: lowest priority,
+// then fewest victims, then most recently started; evict immediately).
+//
+// Thread-safety: Decide() is reentrant; it only reads its arguments.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "preempt/hints.h"
+
+namespace preempt::sched {
+
+enum class PriorityClass : int { kLow = 0, kMedium = 1, kHigh = 2 };
+inline constexpr int kNumClasses = 3;
+const char* PriorityClassName(PriorityClass c);  // "low" | "medium" | "high"
+bool ParsePriorityClass(const std::string& s, PriorityClass* out);
+
+enum class PolicyKind { kFcfs, kKubernetes, kHintAware };
+const char* PolicyKindName(PolicyKind k);  // "fcfs" | "k8s" | "hint"
+
+struct PolicyConfig {
+  PolicyKind kind = PolicyKind::kHintAware;
+  // Priority values (wide gaps, as Kubernetes PriorityClasses) and whether a class may preempt
+  // lower classes (false = "Never" preemption policy).
+  int64_t priority_value[kNumClasses] = {1, 100, 1000000};
+  bool preempts_lower[kNumClasses] = {false, true, true};
+
+  // Hint-aware rules; each is off when set to 0 / false.
+  bool checkpoint_then_evict = true;   // ask the victim to checkpoint, evict after the commit
+  double checkpoint_deadline_s = 120;  // evict anyway when the commit has not shown up by then
+  double min_runtime_s = 300;          // not a victim before running this long since it resumed from its last commit
+  double cooldown_s = 300;             // a preempted job is not restarted before this
+  double budget_window_s = 3600;       // per-queue preemption budget window
+  int budget_max_preemptions = 0;      // victims per queue per window (0 = unlimited)
+  double budget_max_lost_gpu_hours = 0;  // estimated lost GPU-hours per queue per window (0 = unlimited)
+  double reserved_headroom = 0.15;     // fraction of all GPUs that only high priority may take
+  double low_guaranteed_share = 0.10;  // low may always hold this fraction; it is never preempted below it
+  double hints_stale_s = 300;          // hints older than this are "unknown"
+  double unknown_lost_work_s = 3600;   // lost work assumed for a job with no valid hints (never free)
+  double restore_s = 60;               // default restore time when a job does not know its own
+  double wait_alert_s = 600;           // suggest action when a high job's estimated wait passes this
+  int max_preemptors_per_pass = 256;   // bound on victim searches per Decide() call
+};
+
+enum class JobPhase {
+  kPending,        // waiting to start (or to restart after preemption)
+  kRunning,
+  kCheckpointing,  // asked to checkpoint; its GPUs are promised to `preemptor`
+  kEvicting,       // told to stop; its GPUs are promised to `preemptor`
+};
+const char* JobPhaseName(JobPhase p);
+
+struct Node {
+  std::string name;
+  int gpus = 0;
+};
+
+struct Job {
+  std::string id;
+  PriorityClass cls = PriorityClass::kLow;
+  std::string queue = "default";
+  int gpus = 1;
+  double submit_time = 0;          // first submission
+  JobPhase phase = JobPhase::kPending;
+  int node = -1;                   // index into ClusterState::nodes while placed
+  double start_time = 0;           // start of the current run (valid while placed)
+  double last_preempted = -std::numeric_limits<double>::infinity();
+  int preemptions = 0;
+  // Hints as last read; nullopt = none/unreadable. hints_time is the time they describe
+  // (updated_unix); lost work is extrapolated from it.
+  std::optional<Hints> hints;
+  double restore_s = -1;           // < 0: use PolicyConfig::restore_s
+  // While kCheckpointing: the request and the job whose GPUs these are.
+  int64_t request_id = 0;
+  double request_time = 0;
+  std::string preemptor;
+  int64_t user = -1;               // opaque tag for the caller (the simulator's job index)
+};
+
+struct PreemptionRecord {  // history for the per-queue budget
+  double time = 0;
+  std::string queue;
+  double lost_gpu_hours = 0;
+};
+
+struct ClusterState {
+  double now = 0;                      // same clock as hints' unix times (the simulator's clock in simulation)
+  std::vector<Node> nodes;
+  std::vector<Job> jobs;
+  std::vector<PreemptionRecord> history;  // may include records older than the window
+};
+
+enum class ActionKind {
+  kStart,                // place `job` on `node`
+  kRequestCheckpoint,    // victim: write a checkpoint request; evict once it is committed
+  kEvict,                // victim: SIGTERM now (its checkpoint is durable, or evict-now policy)
+};
+const char* ActionKindName(ActionKind k);
+
+struct Action {
+  ActionKind kind = ActionKind::kStart;
+  std::string job;
+  int job_index = -1;           // index into ClusterState::jobs
+  int node = -1;
+  std::string for_job;
+  int for_index = -1;          // the preemptor, for victims
+  double est_lost_gpu_s = 0;    // estimated work lost by a victim (GPU-seconds, incl. restore)
+  std::string reason;           // one line
+};
+
+struct WaitEstimate {  // for each high-priority job still pending after this pass
+  std::string job;
+  double waited_s = 0;
+  double est_wait_s = 0;        // total expected wait (inf when nothing will free GPUs)
+  std::string suggestion;       // empty unless est_wait_s > wait_alert_s
+};
+
+struct Decisions {
+  std::vector<Action> actions;
+  std::vector<WaitEstimate> waits;
+  // Earliest future time at which a rule that blocked something now stops blocking it
+  // (cooldown end, min-runtime end, budget window, checkpoint deadline); +inf if none.
+  double recheck_at = std::numeric_limits<double>::infinity();
+};
+
+Decisions Decide(const ClusterState& state, const PolicyConfig& config);
+
+// Presets: the baselines with every hint-aware rule off.
+PolicyConfig FcfsPolicy();
+PolicyConfig KubernetesPolicy();
+// Hint-aware victim choice and checkpoint-then-evict, but no anti-thrashing/starvation rules.
+PolicyConfig HintAwareNoRulesPolicy();
+
+// Lost work, in seconds, of a running job at `now` if it were killed without a checkpoint;
+// unknown_lost_work_s when its hints are missing or stale.
+double EstimatedLostWork(const Job& job, double now, const PolicyConfig& config);
+// True when the job's hints are present and not older than hints_stale_s.
+bool HintsFresh(const Job& job, double now, const PolicyConfig& config);
+
+}  // namespace preempt::sched

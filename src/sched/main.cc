@@ -1,0 +1,222 @@
+// preempt-sched — the scheduler component's command line: simulate, plan, run.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "preempt/sched/plan.h"
+#include "preempt/sched/policy.h"
+#include "preempt/sched/runner.h"
+#include "preempt/sched/simulator.h"
+
+using namespace preempt;
+using namespace preempt::sched;
+
+namespace {
+
+const char kUsage[] =
+    "usage:\n"
+    "  preempt-sched simulate [--trace synthetic|alibaba|FILE.csv] [--alibaba-dir DIR] [--alibaba-gpus N]\n"
+    "                         [--seed N] [--jobs N] [--nodes N] [--gpus-per-node G] [--load X]\n"
+    "                         [--policies fcfs,k8s,hint-norules,hint] [--policy-json JSON]\n"
+    "                         [--csv OUT.csv] [--write-trace OUT.csv]\n"
+    "  preempt-sched plan (--snapshot FILE | --k8s PODS.json [--gpus-per-node G]) [--policy NAME]\n"
+    "                     [--policy-json JSON] [--json]\n"
+    "  preempt-sched run --spec FILE [--slots N] [--work-dir DIR] [--events FILE] [--timeout S]\n"
+    "Policies: fcfs (no preemption), k8s (default kube-scheduler victim order, evict now),\n"
+    "hint-norules (hint-aware victims + checkpoint-then-evict, no rules), hint (everything on).\n";
+
+struct Args {
+  std::string cmd;
+  std::map<std::string, std::string> kv;
+  bool Has(const std::string& k) const { return kv.count(k) > 0; }
+  std::string Get(const std::string& k, const std::string& d = "") const {
+    auto it = kv.find(k);
+    return it == kv.end() ? d : it->second;
+  }
+  double Num(const std::string& k, double d) const {
+    auto it = kv.find(k);
+    if (it == kv.end()) return d;
+    char* end = nullptr;
+    double v = std::strtod(it->second.c_str(), &end);
+    if (!end || *end) {
+      fprintf(stderr, "preempt-sched: --%s: '%s' is not a number\n", k.c_str(), it->second.c_str());
+      exit(2);
+    }
+    return v;
+  }
+};
+
+bool ParseArgs(int argc, char** argv, Args* a) {
+  if (argc < 2) return false;
+  a->cmd = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) != 0) {
+      fprintf(stderr, "preempt-sched: unexpected argument '%s'\n", s.c_str());
+      return false;
+    }
+    s = s.substr(2);
+    if (s == "json" || s == "help") {
+      a->kv[s] = "1";
+    } else if (i + 1 < argc) {
+      a->kv[s] = argv[++i];
+    } else {
+      fprintf(stderr, "preempt-sched: --%s needs a value\n", s.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+int Fail(const Status& s) {
+  fprintf(stderr, "preempt-sched: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+bool MakePolicy(const std::string& name, const Args& a, PolicyConfig* p) {
+  if (!PolicyByName(name, p)) {
+    fprintf(stderr, "preempt-sched: unknown policy '%s'\n", name.c_str());
+    return false;
+  }
+  if (a.Has("policy-json") && p->kind == PolicyKind::kHintAware) {
+    Status s = PolicyFromJson(a.Get("policy-json"), p);
+    if (!s.ok()) {
+      Fail(s);
+      return false;
+    }
+  }
+  return true;
+}
+
+int Simulate(const Args& a) {
+  Trace trace;
+  std::string which = a.Get("trace", "synthetic");
+  if (which == "synthetic") {
+    SyntheticOptions o;
+    o.seed = static_cast<uint64_t>(a.Num("seed", 1));
+    o.jobs = static_cast<int>(a.Num("jobs", o.jobs));
+    o.nodes = static_cast<int>(a.Num("nodes", o.nodes));
+    o.gpus_per_node = static_cast<int>(a.Num("gpus-per-node", o.gpus_per_node));
+    o.load = a.Num("load", o.load);
+    trace = SyntheticTrace(o);
+  } else if (which == "alibaba") {
+    AlibabaOptions o;
+    o.dir = a.Get("alibaba-dir", "../shared/traces/alibaba-gpu-2023");
+    o.gpus = static_cast<int>(a.Num("alibaba-gpus", 0));
+    o.max_jobs = static_cast<int>(a.Num("jobs", 0));
+    Status s = LoadAlibabaTrace(o, &trace);
+    if (!s.ok()) return Fail(s);
+  } else {
+    Status s = LoadTraceCsv(which, &trace);
+    if (!s.ok()) return Fail(s);
+    int nodes = static_cast<int>(a.Num("nodes", 16)), g = static_cast<int>(a.Num("gpus-per-node", 8));
+    for (int i = 0; i < nodes; ++i) trace.nodes.push_back({"node-" + std::to_string(i), g});
+  }
+  if (a.Has("write-trace")) {
+    Status s = WriteTraceCsv(a.Get("write-trace"), trace);
+    if (!s.ok()) return Fail(s);
+  }
+  int gpus = 0;
+  for (auto& n : trace.nodes) gpus += n.gpus;
+  printf("trace %s: %zu jobs, %zu nodes, %d GPUs\n", trace.name.c_str(), trace.jobs.size(), trace.nodes.size(), gpus);
+  std::vector<SimMetrics> rows;
+  std::string csv = MetricsCsvHeader();
+  int rc = 0;
+  for (const auto& name : Split(a.Get("policies", "fcfs,k8s,hint-norules,hint"), ',')) {
+    PolicyConfig p;
+    if (!MakePolicy(name, a, &p)) return 2;
+    SimResult r;
+    Status s = Simulate(trace, p, SimOptions(), &r);
+    if (!s.ok()) return Fail(s);
+    r.metrics.policy = name;
+    for (const auto& v : r.violations) {
+      fprintf(stderr, "preempt-sched: %s: %s\n", name.c_str(), v.c_str());
+      if (v.find("skipped") == std::string::npos) rc = 1;
+    }
+    rows.push_back(r.metrics);
+    csv += MetricsCsvRow(trace.name, r.metrics);
+  }
+  printf("%s", MetricsTable(trace.name, rows).c_str());
+  if (a.Has("csv")) {
+    std::ofstream o(a.Get("csv"));
+    o << csv;
+    if (!o) return Fail(Status(StatusCode::kIoError, "write " + a.Get("csv")));
+  }
+  return rc;
+}
+
+int Plan(const Args& a) {
+  ClusterState st;
+  std::vector<std::string> notes;
+  Status s;
+  if (a.Has("snapshot")) {
+    s = LoadSnapshot(a.Get("snapshot"), &st, &notes);
+  } else if (a.Has("k8s")) {
+    s = LoadK8sPodList(a.Get("k8s"), static_cast<int>(a.Num("gpus-per-node", 8)), a.Num("now", NowUnix()), &st, &notes);
+  } else {
+    fprintf(stderr, "%s", kUsage);
+    return 2;
+  }
+  if (!s.ok()) return Fail(s);
+  PolicyConfig p;
+  if (!MakePolicy(a.Get("policy", "hint"), a, &p)) return 2;
+  Decisions d = Decide(st, p);
+  for (const auto& n : notes) fprintf(stderr, "note: %s\n", n.c_str());
+  if (a.Has("json")) {
+    printf("%s", DecisionsToJson(st, d).c_str());
+  } else {
+    printf("%s", FormatDecisions(st, d).c_str());
+  }
+  return 0;
+}
+
+int Run(const Args& a) {
+  if (!a.Has("spec")) {
+    fprintf(stderr, "%s", kUsage);
+    return 2;
+  }
+  std::vector<RunJobSpec> jobs;
+  RunOptions opt;
+  Status s = LoadRunSpec(a.Get("spec"), &jobs, &opt);
+  if (!s.ok()) return Fail(s);
+  if (a.Has("slots")) opt.slots = static_cast<int>(a.Num("slots", 1));
+  if (a.Has("work-dir")) opt.work_dir = a.Get("work-dir");
+  if (opt.work_dir.empty()) opt.work_dir = "preempt-sched-run";
+  if (a.Has("timeout")) opt.timeout_s = a.Num("timeout", opt.timeout_s);
+  opt.event_log = a.Get("events");
+  std::vector<RunEvent> events;
+  s = RunJobs(jobs, opt, &events);
+  for (const auto& e : events) printf("%8.3f  %-10s %-16s %s\n", e.t, e.kind.c_str(), e.job.c_str(), e.detail.c_str());
+  if (!s.ok()) return Fail(s);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (!ParseArgs(argc, argv, &a) || a.Has("help")) {
+    fprintf(stderr, "%s", kUsage);
+    return 2;
+  }
+  if (a.cmd == "simulate") return Simulate(a);
+  if (a.cmd == "plan") return Plan(a);
+  if (a.cmd == "run") return Run(a);
+  fprintf(stderr, "preempt-sched: unknown command '%s'\n%s", a.cmd.c_str(), kUsage);
+  return 2;
+}

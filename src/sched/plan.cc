@@ -1,0 +1,359 @@
+#include "preempt/sched/plan.h"
+
+#include <rapidjson/document.h>
+#include <rapidjson/error/en.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace preempt::sched {
+namespace {
+
+Status ReadText(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status(StatusCode::kNotFound, path + ": cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return Status::OK();
+}
+
+Status Parse(const std::string& text, const std::string& what, rapidjson::Document* doc) {
+  doc->Parse(text.c_str(), text.size());
+  if (doc->HasParseError())
+    return Status(StatusCode::kCorruption, what + ": invalid JSON at offset " + std::to_string(doc->GetErrorOffset()) +
+                                               ": " + rapidjson::GetParseError_En(doc->GetParseError()));
+  if (!doc->IsObject()) return Status(StatusCode::kCorruption, what + ": not a JSON object");
+  return Status::OK();
+}
+
+std::string Str(const rapidjson::Value& o, const char* k, const std::string& dflt = "") {
+  if (!o.IsObject()) return dflt;
+  auto it = o.FindMember(k);
+  return it != o.MemberEnd() && it->value.IsString() ? std::string(it->value.GetString()) : dflt;
+}
+
+bool Num(const rapidjson::Value& o, const char* k, double* out) {
+  if (!o.IsObject()) return false;
+  auto it = o.FindMember(k);
+  if (it == o.MemberEnd()) return false;
+  if (it->value.IsNumber()) {
+    *out = it->value.GetDouble();
+    return true;
+  }
+  if (it->value.IsString()) {  // Kubernetes quantities are strings ("2")
+    char* end = nullptr;
+    double v = std::strtod(it->value.GetString(), &end);
+    if (end && *end == '\0') {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string DirOf(const std::string& path) {
+  size_t s = path.find_last_of('/');
+  return s == std::string::npos ? "." : path.substr(0, s);
+}
+
+void AttachHintsFile(Job* j, const std::string& path, std::vector<std::string>* notes) {
+  Hints h;
+  Status s = ReadHints(path, &h);
+  if (s.ok()) {
+    j->hints = h;
+  } else {
+    notes->push_back("job " + j->id + ": no usable hints (" + s.ToString() + "); treated as unknown cost");
+  }
+}
+
+int NodeIndex(ClusterState* st, const std::string& name, int gpus_if_new) {
+  for (size_t i = 0; i < st->nodes.size(); ++i)
+    if (st->nodes[i].name == name) return static_cast<int>(i);
+  if (gpus_if_new <= 0) return -1;
+  st->nodes.push_back({name, gpus_if_new});
+  return static_cast<int>(st->nodes.size()) - 1;
+}
+
+JobPhase PhaseFrom(const std::string& s) {
+  if (s == "running" || s == "Running") return JobPhase::kRunning;
+  if (s == "checkpointing") return JobPhase::kCheckpointing;
+  if (s == "evicting") return JobPhase::kEvicting;
+  return JobPhase::kPending;
+}
+
+std::string JsonEscape(const std::string& s) {
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  w.String(s.c_str(), static_cast<rapidjson::SizeType>(s.size()));
+  return sb.GetString();
+}
+
+}  // namespace
+
+bool ParseRfc3339(const std::string& s, double* unix_out) {
+  struct tm tm = {};
+  int frac_end = 0;
+  if (sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+             &tm.tm_sec, &frac_end) != 6)
+    return false;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  double frac = 0;
+  std::string rest = s.substr(static_cast<size_t>(frac_end));
+  if (!rest.empty() && rest[0] == '.') {
+    size_t k = 1;
+    while (k < rest.size() && isdigit(static_cast<unsigned char>(rest[k]))) ++k;
+    frac = std::strtod(("0" + rest.substr(0, k)).c_str(), nullptr);
+    rest = rest.substr(k);
+  }
+  if (rest != "Z") return false;
+  *unix_out = static_cast<double>(timegm(&tm)) + frac;
+  return true;
+}
+
+Status PolicyFromJson(const std::string& json, PolicyConfig* c) {
+  rapidjson::Document doc;
+  PREEMPT_RETURN_IF_ERROR(Parse(json, "policy", &doc));
+  std::map<std::string, double*> nums = {
+      {"checkpoint_deadline_s", &c->checkpoint_deadline_s},
+      {"min_runtime_s", &c->min_runtime_s},
+      {"cooldown_s", &c->cooldown_s},
+      {"budget_window_s", &c->budget_window_s},
+      {"budget_max_lost_gpu_hours", &c->budget_max_lost_gpu_hours},
+      {"reserved_headroom", &c->reserved_headroom},
+      {"low_guaranteed_share", &c->low_guaranteed_share},
+      {"hints_stale_s", &c->hints_stale_s},
+      {"unknown_lost_work_s", &c->unknown_lost_work_s},
+      {"restore_s", &c->restore_s},
+      {"wait_alert_s", &c->wait_alert_s},
+  };
+  for (auto it = doc.MemberBegin(); it != doc.MemberEnd(); ++it) {
+    std::string k = it->name.GetString();
+    const auto& v = it->value;
+    auto bad = [&](const char* want) {
+      return Status(StatusCode::kInvalidArgument, "policy: field '" + k + "': expected " + want);
+    };
+    if (k == "kind") {
+      std::string s = v.IsString() ? v.GetString() : "";
+      if (s == "fcfs") c->kind = PolicyKind::kFcfs;
+      else if (s == "k8s") c->kind = PolicyKind::kKubernetes;
+      else if (s == "hint") c->kind = PolicyKind::kHintAware;
+      else return bad("fcfs|k8s|hint");
+    } else if (k == "checkpoint_then_evict") {
+      if (!v.IsBool()) return bad("a boolean");
+      c->checkpoint_then_evict = v.GetBool();
+    } else if (k == "budget_max_preemptions" || k == "max_preemptors_per_pass") {
+      if (!v.IsInt()) return bad("an integer");
+      (k == "budget_max_preemptions" ? c->budget_max_preemptions : c->max_preemptors_per_pass) = v.GetInt();
+    } else if (k == "priority_value" || k == "preempts_lower") {
+      if (!v.IsArray() || v.Size() != kNumClasses) return bad("an array [low, medium, high]");
+      for (int i = 0; i < kNumClasses; ++i) {
+        if (k == "priority_value") {
+          if (!v[i].IsInt64()) return bad("integers");
+          c->priority_value[i] = v[i].GetInt64();
+        } else {
+          if (!v[i].IsBool()) return bad("booleans");
+          c->preempts_lower[i] = v[i].GetBool();
+        }
+      }
+    } else if (nums.count(k)) {
+      if (!v.IsNumber()) return bad("a number");
+      *nums[k] = v.GetDouble();
+    } else {
+      return Status(StatusCode::kInvalidArgument, "policy: unknown field '" + k + "'");
+    }
+  }
+  return Status::OK();
+}
+
+Status LoadSnapshot(const std::string& path, ClusterState* out, std::vector<std::string>* notes) {
+  std::string text;
+  PREEMPT_RETURN_IF_ERROR(ReadText(path, &text));
+  rapidjson::Document doc;
+  PREEMPT_RETURN_IF_ERROR(Parse(text, "snapshot " + path, &doc));
+  if (Str(doc, "schema") != "preempt.snapshot/1")
+    return Status(StatusCode::kVersionMismatch, "snapshot " + path + ": field 'schema': expected preempt.snapshot/1");
+  ClusterState st;
+  st.now = NowUnix();
+  Num(doc, "now_unix", &st.now);
+  auto nodes = doc.FindMember("nodes");
+  if (nodes == doc.MemberEnd() || !nodes->value.IsArray())
+    return Status(StatusCode::kCorruption, "snapshot " + path + ": field 'nodes': expected an array");
+  for (const auto& n : nodes->value.GetArray()) {
+    double g = 0;
+    std::string name = Str(n, "name");
+    if (name.empty() || !Num(n, "gpus", &g) || g < 0)
+      return Status(StatusCode::kCorruption, "snapshot " + path + ": field 'nodes[]': needs name and gpus");
+    st.nodes.push_back({name, static_cast<int>(g)});
+  }
+  auto jobs = doc.FindMember("jobs");
+  if (jobs == doc.MemberEnd() || !jobs->value.IsArray())
+    return Status(StatusCode::kCorruption, "snapshot " + path + ": field 'jobs': expected an array");
+  for (const auto& o : jobs->value.GetArray()) {
+    Job j;
+    j.id = Str(o, "id");
+    if (j.id.empty()) return Status(StatusCode::kCorruption, "snapshot " + path + ": field 'jobs[].id': missing");
+    auto err = [&](const std::string& f, const std::string& m) {
+      return Status(StatusCode::kCorruption, "snapshot " + path + ": job " + j.id + ": field '" + f + "': " + m);
+    };
+    if (!ParsePriorityClass(Str(o, "class", "low"), &j.cls)) return err("class", "expected low|medium|high");
+    j.queue = Str(o, "queue", "default");
+    double g = 1;
+    Num(o, "gpus", &g);
+    if (g < 1) return err("gpus", "must be >= 1");
+    j.gpus = static_cast<int>(g);
+    j.phase = PhaseFrom(Str(o, "state", "pending"));
+    Num(o, "submit_unix", &j.submit_time);
+    Num(o, "start_unix", &j.start_time);
+    Num(o, "last_preempted_unix", &j.last_preempted);
+    Num(o, "restore_s", &j.restore_s);
+    if (j.phase != JobPhase::kPending) {
+      j.node = NodeIndex(&st, Str(o, "node"), 0);
+      if (j.node < 0) return err("node", "unknown node '" + Str(o, "node") + "'");
+    }
+    std::string hf = Str(o, "hints_file");
+    auto inl = o.FindMember("hints");
+    if (inl != o.MemberEnd() && inl->value.IsObject()) {
+      rapidjson::StringBuffer sb;
+      rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+      inl->value.Accept(w);
+      Hints h;
+      Status s = HintsFromJson(sb.GetString(), path + " job " + j.id, &h);
+      if (s.ok()) j.hints = h;
+      else notes->push_back(s.ToString() + "; treated as unknown cost");
+    } else if (!hf.empty()) {
+      AttachHintsFile(&j, hf[0] == '/' ? hf : DirOf(path) + "/" + hf, notes);
+    } else if (j.phase != JobPhase::kPending) {
+      notes->push_back("job " + j.id + ": no hints; treated as unknown cost");
+    }
+    st.jobs.push_back(std::move(j));
+  }
+  *out = std::move(st);
+  return Status::OK();
+}
+
+Status LoadK8sPodList(const std::string& path, int gpus_per_node, double now, ClusterState* out,
+                      std::vector<std::string>* notes) {
+  std::string text;
+  PREEMPT_RETURN_IF_ERROR(ReadText(path, &text));
+  rapidjson::Document doc;
+  PREEMPT_RETURN_IF_ERROR(Parse(text, "pod list " + path, &doc));
+  auto items = doc.FindMember("items");
+  if (items == doc.MemberEnd() || !items->value.IsArray())
+    return Status(StatusCode::kCorruption, "pod list " + path + ": field 'items': expected an array");
+  ClusterState st;
+  st.now = now;
+  for (const auto& pod : items->value.GetArray()) {
+    if (!pod.IsObject()) continue;
+    const rapidjson::Value empty(rapidjson::kObjectType);
+    auto member = [&](const rapidjson::Value& o, const char* k) -> const rapidjson::Value& {
+      if (!o.IsObject()) return empty;
+      auto it = o.FindMember(k);
+      return it == o.MemberEnd() ? empty : it->value;
+    };
+    const auto& meta = member(pod, "metadata");
+    const auto& spec = member(pod, "spec");
+    const auto& status = member(pod, "status");
+    std::string phase = Str(status, "phase");
+    if (phase == "Succeeded" || phase == "Failed") continue;
+    Job j;
+    j.id = Str(meta, "namespace", "default") + "/" + Str(meta, "name");
+    j.queue = Str(meta, "namespace", "default");
+    const auto& ann = member(meta, "annotations");
+    if (!Str(ann, "preempt.dev/queue").empty()) j.queue = Str(ann, "preempt.dev/queue");
+    double gpus = 0;
+    const auto& containers = member(spec, "containers");
+    if (containers.IsArray()) {
+      for (const auto& c : containers.GetArray()) {
+        double g = 0;
+        if (Num(member(member(c, "resources"), "limits"), "nvidia.com/gpu", &g)) gpus += g;
+      }
+    }
+    if (gpus < 1) continue;  // not a GPU pod
+    j.gpus = static_cast<int>(gpus);
+    std::string pc = Str(spec, "priorityClassName");
+    double prio = 0;
+    if (pc.find("high") != std::string::npos) j.cls = PriorityClass::kHigh;
+    else if (pc.find("medium") != std::string::npos) j.cls = PriorityClass::kMedium;
+    else if (pc.find("low") != std::string::npos) j.cls = PriorityClass::kLow;
+    else if (Num(spec, "priority", &prio)) j.cls = prio >= 1000000 ? PriorityClass::kHigh : prio >= 100 ? PriorityClass::kMedium : PriorityClass::kLow;
+    ParseRfc3339(Str(meta, "creationTimestamp"), &j.submit_time);
+    std::string node = Str(spec, "nodeName");
+    if (phase == "Running" && !node.empty()) {
+      j.phase = JobPhase::kRunning;
+      j.node = NodeIndex(&st, node, gpus_per_node);
+      if (!ParseRfc3339(Str(status, "startTime"), &j.start_time)) j.start_time = j.submit_time;
+    }
+    std::string inl = Str(ann, "preempt.dev/hints");
+    std::string file = Str(ann, "preempt.dev/hints-file");
+    if (!inl.empty()) {
+      Hints h;
+      Status s = HintsFromJson(inl, "annotation preempt.dev/hints of " + j.id, &h);
+      if (s.ok()) j.hints = h;
+      else notes->push_back(s.ToString() + "; treated as unknown cost");
+    } else if (!file.empty()) {
+      AttachHintsFile(&j, file, notes);
+    } else if (j.phase == JobPhase::kRunning) {
+      notes->push_back("pod " + j.id + ": no preempt.dev/hints annotation; treated as unknown cost");
+    }
+    st.jobs.push_back(std::move(j));
+  }
+  *out = std::move(st);
+  return Status::OK();
+}
+
+std::string FormatDecisions(const ClusterState& st, const Decisions& d) {
+  std::ostringstream o;
+  int rank = 0;
+  for (const auto& a : d.actions) {
+    char buf[128];
+    snprintf(buf, sizeof buf, "%2d. %-22s %-24s", ++rank, ActionKindName(a.kind), a.job.c_str());
+    o << buf;
+    if (a.node >= 0 && a.node < static_cast<int>(st.nodes.size())) o << " node=" << st.nodes[a.node].name;
+    if (a.kind != ActionKind::kStart) {
+      snprintf(buf, sizeof buf, " est_lost=%.0fGPU-s", a.est_lost_gpu_s);
+      o << buf;
+    }
+    o << "  # " << a.reason << "\n";
+  }
+  for (const auto& w : d.waits) {
+    char buf[160];
+    snprintf(buf, sizeof buf, "    wait %-24s waited=%.0fs est_wait=%s", w.job.c_str(), w.waited_s,
+             std::isinf(w.est_wait_s) ? "unbounded" : (std::to_string(static_cast<long long>(w.est_wait_s)) + "s").c_str());
+    o << buf;
+    if (!w.suggestion.empty()) o << "  # suggestion: " << w.suggestion;
+    o << "\n";
+  }
+  if (d.actions.empty() && d.waits.empty()) o << "no action\n";
+  return o.str();
+}
+
+std::string DecisionsToJson(const ClusterState& st, const Decisions& d) {
+  std::ostringstream o;
+  o << "{\"actions\":[";
+  for (size_t i = 0; i < d.actions.size(); ++i) {
+    const auto& a = d.actions[i];
+    o << (i ? "," : "") << "{\"action\":\"" << ActionKindName(a.kind) << "\",\"job\":" << JsonEscape(a.job)
+      << ",\"node\":" << JsonEscape(a.node >= 0 && a.node < static_cast<int>(st.nodes.size()) ? st.nodes[a.node].name : "")
+      << ",\"for\":" << JsonEscape(a.for_job) << ",\"est_lost_gpu_s\":" << a.est_lost_gpu_s
+      << ",\"reason\":" << JsonEscape(a.reason) << "}";
+  }
+  o << "],\"waits\":[";
+  for (size_t i = 0; i < d.waits.size(); ++i) {
+    const auto& w = d.waits[i];
+    o << (i ? "," : "") << "{\"job\":" << JsonEscape(w.job) << ",\"waited_s\":" << w.waited_s
+      << ",\"est_wait_s\":" << (std::isinf(w.est_wait_s) ? -1.0 : w.est_wait_s)
+      << ",\"suggestion\":" << JsonEscape(w.suggestion) << "}";
+  }
+  o << "]}\n";
+  return o.str();
+}
+
+}  // namespace preempt::sched

@@ -1,0 +1,538 @@
+#include "preempt/sched/policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+namespace preempt::sched {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string Fmt(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+double RestoreOf(const Job& j, const PolicyConfig& c) { return j.restore_s >= 0 ? j.restore_s : c.restore_s; }
+
+// How a victim would be preempted and what it would cost.
+struct VictimCost {
+  bool checkpoint_first = false;
+  double lost_gpu_s = 0;  // GPU-seconds lost including the restore
+  double wait_s = 0;      // how long the preemptor waits for this victim
+};
+
+VictimCost CostOf(const Job& v, double now, const PolicyConfig& c) {
+  VictimCost out;
+  double lost = EstimatedLostWork(v, now, c);
+  bool fresh = HintsFresh(v, now, c);
+  if (c.kind == PolicyKind::kHintAware && c.checkpoint_then_evict && fresh) {
+    // Checkpointing first loses only the work done while the snapshot persists; it is worth it
+    // when that is less than what is uncommitted now.
+    double ckpt_lost = v.hints->cost.persist_s;
+    double ckpt_wait = v.hints->checkpoint_s();
+    if (ckpt_lost < lost && ckpt_wait <= c.checkpoint_deadline_s) {
+      out.checkpoint_first = true;
+      lost = ckpt_lost;
+      out.wait_s = ckpt_wait;
+    }
+  }
+  out.lost_gpu_s = v.gpus * (lost + RestoreOf(v, c));
+  return out;
+}
+
+struct Budget {
+  int count = 0;
+  double lost_gpu_h = 0;
+  double oldest = kInf;  // oldest record in window
+};
+
+// Per-node victim choice result.
+struct Choice {
+  int node = -1;
+  std::vector<int> victims;  // job indices
+  std::vector<VictimCost> costs;
+  // Ranking keys.
+  int max_class = -1;
+  double cost = kInf;          // hint-aware: lost GPU-s + preemptor GPU-s waiting
+  double lost_work_gpu_s = 0;  // hint-aware tie-break: raw uncommitted work
+  int count = 0;
+  double latest_start = -kInf;  // k8s: start time of the most recently started highest-priority victim
+};
+
+bool BetterChoice(const Choice& a, const Choice& b, PolicyKind kind) {
+  if (b.node < 0) return true;
+  if (a.max_class != b.max_class) return a.max_class < b.max_class;
+  if (kind == PolicyKind::kKubernetes) {
+    if (a.count != b.count) return a.count < b.count;
+    if (a.latest_start != b.latest_start) return a.latest_start > b.latest_start;
+    return a.node < b.node;
+  }
+  if (std::fabs(a.cost - b.cost) > 1e-9) return a.cost < b.cost;
+  if (std::fabs(a.lost_work_gpu_s - b.lost_work_gpu_s) > 1e-9) return a.lost_work_gpu_s < b.lost_work_gpu_s;
+  if (a.count != b.count) return a.count < b.count;
+  return a.node < b.node;
+}
+
+}  // namespace
+
+const char* PriorityClassName(PriorityClass c) {
+  switch (c) {
+    case PriorityClass::kLow: return "low";
+    case PriorityClass::kMedium: return "medium";
+    case PriorityClass::kHigh: return "high";
+  }
+  return "low";
+}
+
+bool ParsePriorityClass(const std::string& s, PriorityClass* out) {
+  for (PriorityClass c : {PriorityClass::kLow, PriorityClass::kMedium, PriorityClass::kHigh}) {
+    if (s == PriorityClassName(c)) {
+      *out = c;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* PolicyKindName(PolicyKind k) {
+  switch (k) {
+    case PolicyKind::kFcfs: return "fcfs";
+    case PolicyKind::kKubernetes: return "k8s";
+    case PolicyKind::kHintAware: return "hint";
+  }
+  return "hint";
+}
+
+const char* JobPhaseName(JobPhase p) {
+  switch (p) {
+    case JobPhase::kPending: return "pending";
+    case JobPhase::kRunning: return "running";
+    case JobPhase::kCheckpointing: return "checkpointing";
+    case JobPhase::kEvicting: return "evicting";
+  }
+  return "pending";
+}
+
+const char* ActionKindName(ActionKind k) {
+  switch (k) {
+    case ActionKind::kStart: return "start";
+    case ActionKind::kRequestCheckpoint: return "checkpoint-then-evict";
+    case ActionKind::kEvict: return "evict";
+  }
+  return "start";
+}
+
+PolicyConfig FcfsPolicy() {
+  PolicyConfig c = HintAwareNoRulesPolicy();
+  c.kind = PolicyKind::kFcfs;
+  c.checkpoint_then_evict = false;
+  return c;
+}
+
+PolicyConfig KubernetesPolicy() {
+  PolicyConfig c = HintAwareNoRulesPolicy();
+  c.kind = PolicyKind::kKubernetes;
+  c.checkpoint_then_evict = false;
+  return c;
+}
+
+PolicyConfig HintAwareNoRulesPolicy() {
+  PolicyConfig c;
+  c.kind = PolicyKind::kHintAware;
+  c.min_runtime_s = 0;
+  c.cooldown_s = 0;
+  c.budget_max_preemptions = 0;
+  c.budget_max_lost_gpu_hours = 0;
+  c.reserved_headroom = 0;
+  c.low_guaranteed_share = 0;
+  return c;
+}
+
+bool HintsFresh(const Job& job, double now, const PolicyConfig& config) {
+  if (!job.hints) return false;
+  double age = now - job.hints->updated_unix;
+  return age <= config.hints_stale_s;
+}
+
+double EstimatedLostWork(const Job& job, double now, const PolicyConfig& config) {
+  if (!HintsFresh(job, now, config)) return config.unknown_lost_work_s;
+  return job.hints->LostWorkAt(now);
+}
+
+Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
+  Decisions out;
+  const double now = st.now;
+  const int n_nodes = static_cast<int>(st.nodes.size());
+  const auto& jobs = st.jobs;
+  const bool hint = cfg.kind == PolicyKind::kHintAware;
+
+  std::vector<int> free(n_nodes);
+  int total_gpus = 0, max_node = 0;
+  for (int i = 0; i < n_nodes; ++i) {
+    free[i] = st.nodes[i].gpus;
+    total_gpus += st.nodes[i].gpus;
+    max_node = std::max(max_node, st.nodes[i].gpus);
+  }
+  int placed_by_class[kNumClasses] = {0, 0, 0};
+  std::vector<std::vector<int>> running_on(n_nodes);
+  std::unordered_map<std::string, int> index_of;
+  index_of.reserve(jobs.size());
+  for (int i = 0; i < static_cast<int>(jobs.size()); ++i) {
+    const Job& j = jobs[i];
+    index_of.emplace(j.id, i);
+    if (j.phase == JobPhase::kPending || j.node < 0 || j.node >= n_nodes) continue;
+    free[j.node] -= j.gpus;
+    placed_by_class[static_cast<int>(j.cls)] += j.gpus;
+    if (j.phase == JobPhase::kRunning) running_on[j.node].push_back(i);
+  }
+
+  // 1. Victims already asked to checkpoint: evict once the commit shows, or at the deadline.
+  //    Preemptors with victims in flight wait on those victims' node.
+  std::unordered_map<int, int> awaiting_node;  // preemptor index -> node
+  for (int i = 0; i < static_cast<int>(jobs.size()); ++i) {
+    const Job& j = jobs[i];
+    if (j.phase != JobPhase::kCheckpointing && j.phase != JobPhase::kEvicting) continue;
+    auto p = index_of.find(j.preemptor);
+    if (p != index_of.end() && jobs[p->second].phase == JobPhase::kPending) awaiting_node[p->second] = j.node;
+    if (j.phase != JobPhase::kCheckpointing) continue;
+    Action a;
+    a.kind = ActionKind::kEvict;
+    a.job = j.id;
+    a.job_index = i;
+    a.node = j.node;
+    a.for_job = j.preemptor;
+    a.for_index = p != index_of.end() ? p->second : -1;
+    bool acked = j.hints && j.hints->request_ack >= j.request_id;
+    if (acked) {
+      a.est_lost_gpu_s = j.gpus * (EstimatedLostWork(j, now, cfg) + RestoreOf(j, cfg));
+      a.reason = Fmt("checkpoint request %lld acknowledged, commit at step %lld is durable; evicting for %s",
+                     static_cast<long long>(j.request_id), static_cast<long long>(j.hints->last_commit.step),
+                     j.preemptor.c_str());
+      out.actions.push_back(std::move(a));
+    } else if (now >= j.request_time + cfg.checkpoint_deadline_s) {
+      a.est_lost_gpu_s = j.gpus * (EstimatedLostWork(j, now, cfg) + RestoreOf(j, cfg));
+      a.reason = Fmt("checkpoint request %lld not committed within %.0f s deadline; evicting now for %s",
+                     static_cast<long long>(j.request_id), cfg.checkpoint_deadline_s, j.preemptor.c_str());
+      out.actions.push_back(std::move(a));
+    } else {
+      out.recheck_at = std::min(out.recheck_at, j.request_time + cfg.checkpoint_deadline_s);
+    }
+  }
+
+  // 2. Pending jobs in scheduling order.
+  std::vector<int> pending;
+  for (int i = 0; i < static_cast<int>(jobs.size()); ++i)
+    if (jobs[i].phase == JobPhase::kPending) pending.push_back(i);
+  std::sort(pending.begin(), pending.end(), [&](int a, int b) {
+    const Job& x = jobs[a];
+    const Job& y = jobs[b];
+    if (cfg.kind != PolicyKind::kFcfs && x.cls != y.cls) return x.cls > y.cls;
+    if (x.submit_time != y.submit_time) return x.submit_time < y.submit_time;
+    return x.id < y.id;
+  });
+
+  // Best-fit index: (free, node).
+  std::set<std::pair<int, int>> by_free;
+  for (int i = 0; i < n_nodes; ++i)
+    if (free[i] > 0) by_free.emplace(free[i], i);
+  auto set_free = [&](int node, int value) {
+    if (free[node] > 0) by_free.erase({free[node], node});
+    free[node] = value;
+    if (value > 0) by_free.emplace(value, node);
+  };
+
+  // Preemption budget per queue: history inside the window.
+  std::map<std::string, Budget> budget;
+  const bool budget_on = hint && cfg.budget_window_s > 0 &&
+                         (cfg.budget_max_preemptions > 0 || cfg.budget_max_lost_gpu_hours > 0);
+  if (budget_on) {
+    for (const auto& r : st.history) {
+      if (r.time <= now - cfg.budget_window_s || r.time > now) continue;
+      Budget& b = budget[r.queue];
+      b.count++;
+      b.lost_gpu_h += r.lost_gpu_hours;
+      b.oldest = std::min(b.oldest, r.time);
+    }
+  }
+  // Whole GPUs: the reserve rounds down, so a one-slot machine reserves nothing.
+  const double nonhigh_cap = hint ? total_gpus - std::floor(cfg.reserved_headroom * total_gpus) : kInf;
+  const double low_share = hint ? std::floor(cfg.low_guaranteed_share * total_gpus) : 0;
+  std::vector<char> chosen(jobs.size(), 0);
+  int searches = 0;
+  double min_runtime_release = kInf;   // earliest time a protected lower job becomes preemptible
+  bool budget_blocked = false;
+  std::string budget_queue;
+  std::vector<int> blocked_high;
+
+  auto start_job = [&](int ji, int node, const std::string& why) {
+    const Job& j = jobs[ji];
+    Action a;
+    a.kind = ActionKind::kStart;
+    a.job = j.id;
+    a.job_index = ji;
+    a.node = node;
+    a.reason = why;
+    out.actions.push_back(std::move(a));
+    set_free(node, free[node] - j.gpus);
+    placed_by_class[static_cast<int>(j.cls)] += j.gpus;
+  };
+
+  for (int ji : pending) {
+    const Job& j = jobs[ji];
+    const int cls = static_cast<int>(j.cls);
+    if (j.gpus > max_node || j.gpus <= 0) continue;  // can never fit; the caller reports it
+    if (hint && cfg.cooldown_s > 0 && now < j.last_preempted + cfg.cooldown_s) {
+      out.recheck_at = std::min(out.recheck_at, j.last_preempted + cfg.cooldown_s);
+      continue;
+    }
+    auto aw = awaiting_node.find(ji);
+    if (aw != awaiting_node.end()) {
+      // Victims are leaving this node for us; start when enough of them are gone.
+      int node = aw->second;
+      if (node >= 0 && free[node] >= j.gpus) {
+        start_job(ji, node, Fmt("victims on %s have left; starting", st.nodes[node].name.c_str()));
+      } else if (node >= 0) {
+        set_free(node, std::max(0, free[node] - j.gpus));  // hold what is already free there
+      }
+      continue;
+    }
+    // Headroom for high priority; low keeps its guaranteed share.
+    bool headroom_ok = true;
+    if (j.cls != PriorityClass::kHigh) {
+      int nonhigh = placed_by_class[0] + placed_by_class[1];
+      bool within_share = j.cls == PriorityClass::kLow && placed_by_class[0] + j.gpus <= low_share;
+      headroom_ok = within_share || nonhigh + j.gpus <= nonhigh_cap;
+    }
+    if (headroom_ok) {
+      auto it = by_free.lower_bound({j.gpus, -1});
+      if (it != by_free.end()) {
+        int node = it->second;
+        start_job(ji, node, Fmt("fits on %s (%d of %d GPUs free, best fit)", st.nodes[node].name.c_str(),
+                                free[node], st.nodes[node].gpus));
+        continue;
+      }
+    } else if (cfg.kind == PolicyKind::kFcfs) {
+      continue;
+    }
+    // (A non-high job blocked by the headroom may still preempt lower jobs: it then only
+    // replaces non-high GPUs; checked per candidate below.)
+    if (cfg.kind == PolicyKind::kFcfs || !cfg.preempts_lower[cls]) {
+      if (j.cls == PriorityClass::kHigh) blocked_high.push_back(ji);
+      continue;
+    }
+    if (searches >= cfg.max_preemptors_per_pass) {
+      if (j.cls == PriorityClass::kHigh) blocked_high.push_back(ji);
+      continue;
+    }
+    ++searches;
+
+    // 3. Victim search, node by node.
+    Choice best;
+    std::vector<int> cand;
+    std::vector<VictimCost> cand_cost;
+    for (int node = 0; node < n_nodes; ++node) {
+      if (st.nodes[node].gpus < j.gpus) continue;
+      int avail = std::max(0, free[node]);
+      int need = j.gpus - avail;
+      if (need <= 0) continue;  // (only when headroom blocked a fit; not reached)
+      cand.clear();
+      cand_cost.clear();
+      int cand_gpus = 0;
+      for (int vi : running_on[node]) {
+        const Job& v = jobs[vi];
+        if (chosen[vi] || static_cast<int>(v.cls) >= cls) continue;
+        if (hint && cfg.min_runtime_s > 0 && now < v.start_time + cfg.min_runtime_s) {
+          min_runtime_release = std::min(min_runtime_release, v.start_time + cfg.min_runtime_s);
+          continue;
+        }
+        cand.push_back(vi);
+        cand_gpus += v.gpus;
+      }
+      if (cand_gpus < need) continue;
+      Choice c;
+      c.node = node;
+      if (cfg.kind == PolicyKind::kKubernetes) {
+        // Remove all lower-priority pods, then reprieve the most important ones (higher priority,
+        // then earlier start) while the preemptor still fits.
+        std::sort(cand.begin(), cand.end(), [&](int a, int b) {
+          if (jobs[a].cls != jobs[b].cls) return jobs[a].cls > jobs[b].cls;
+          if (jobs[a].start_time != jobs[b].start_time) return jobs[a].start_time < jobs[b].start_time;
+          return jobs[a].id < jobs[b].id;
+        });
+        int freed = cand_gpus;
+        for (int vi : cand) {
+          if (freed - jobs[vi].gpus >= need) {
+            freed -= jobs[vi].gpus;
+          } else {
+            c.victims.push_back(vi);
+          }
+        }
+      } else {
+        // Cheapest first (lower class first, then lost GPU-s per GPU), then drop the most
+        // expensive victims that turn out not to be needed.
+        for (int vi : cand) cand_cost.push_back(CostOf(jobs[vi], now, cfg));
+        std::vector<int> order(cand.size());
+        for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int>(k);
+        std::sort(order.begin(), order.end(), [&](int a, int b) {
+          const Job& x = jobs[cand[a]];
+          const Job& y = jobs[cand[b]];
+          if (x.cls != y.cls) return x.cls < y.cls;
+          double ca = cand_cost[a].lost_gpu_s / x.gpus, cb = cand_cost[b].lost_gpu_s / y.gpus;
+          if (ca != cb) return ca < cb;
+          return x.id < y.id;
+        });
+        std::vector<int> taken;
+        int freed = 0;
+        for (int k : order) {
+          if (freed >= need) break;
+          taken.push_back(k);
+          freed += jobs[cand[k]].gpus;
+        }
+        for (int t = static_cast<int>(taken.size()) - 1; t >= 0; --t) {
+          int k = taken[t];
+          if (freed - jobs[cand[k]].gpus >= need) {
+            freed -= jobs[cand[k]].gpus;
+            taken.erase(taken.begin() + t);
+          }
+        }
+        bool ok = true;
+        double wait = 0, lost = 0, raw = 0;
+        int low_taken = 0;
+        std::map<std::string, Budget> trial;
+        for (int k : taken) {
+          const Job& v = jobs[cand[k]];
+          if (v.cls == PriorityClass::kLow) low_taken += v.gpus;
+          if (budget_on) {
+            Budget& b = trial[v.queue];
+            b.count++;
+            b.lost_gpu_h += cand_cost[k].lost_gpu_s / 3600.0;
+          }
+          c.victims.push_back(cand[k]);
+          c.costs.push_back(cand_cost[k]);
+          wait = std::max(wait, cand_cost[k].wait_s);
+          lost += cand_cost[k].lost_gpu_s;
+          raw += v.gpus * EstimatedLostWork(v, now, cfg);
+        }
+        if (hint && low_taken > 0 && placed_by_class[0] - low_taken < low_share) ok = false;
+        if (hint && j.cls != PriorityClass::kHigh) {
+          int freed_gpus = 0;
+          for (int vi : c.victims) freed_gpus += jobs[vi].gpus;
+          if (placed_by_class[0] + placed_by_class[1] - freed_gpus + j.gpus > nonhigh_cap) ok = false;
+        }
+        if (budget_on) {
+          for (const auto& [q, t] : trial) {
+            auto it = budget.find(q);
+            int count = (it == budget.end() ? 0 : it->second.count) + t.count;
+            double gh = (it == budget.end() ? 0 : it->second.lost_gpu_h) + t.lost_gpu_h;
+            if ((cfg.budget_max_preemptions > 0 && count > cfg.budget_max_preemptions) ||
+                (cfg.budget_max_lost_gpu_hours > 0 && gh > cfg.budget_max_lost_gpu_hours)) {
+              ok = false;
+              budget_blocked = true;
+              budget_queue = q;
+              if (it != budget.end()) out.recheck_at = std::min(out.recheck_at, it->second.oldest + cfg.budget_window_s);
+            }
+          }
+        }
+        if (!ok) continue;
+        c.cost = lost + j.gpus * wait;
+        c.lost_work_gpu_s = raw;
+      }
+      c.count = static_cast<int>(c.victims.size());
+      for (int vi : c.victims) c.max_class = std::max(c.max_class, static_cast<int>(jobs[vi].cls));
+      for (int vi : c.victims)
+        if (static_cast<int>(jobs[vi].cls) == c.max_class) c.latest_start = std::max(c.latest_start, jobs[vi].start_time);
+      if (c.victims.empty()) continue;
+      if (BetterChoice(c, best, cfg.kind)) best = std::move(c);
+    }
+    if (best.node < 0) {
+      if (j.cls == PriorityClass::kHigh) blocked_high.push_back(ji);
+      continue;
+    }
+    // Emit the victims; the node's free GPUs and the victims' GPUs are now promised to j.
+    for (size_t k = 0; k < best.victims.size(); ++k) {
+      int vi = best.victims[k];
+      const Job& v = jobs[vi];
+      chosen[vi] = 1;
+      VictimCost vc = cfg.kind == PolicyKind::kHintAware ? best.costs[k] : VictimCost{};
+      if (cfg.kind != PolicyKind::kHintAware) vc.lost_gpu_s = v.gpus * (EstimatedLostWork(v, now, cfg) + RestoreOf(v, cfg));
+      Action a;
+      a.kind = vc.checkpoint_first ? ActionKind::kRequestCheckpoint : ActionKind::kEvict;
+      a.job = v.id;
+      a.job_index = vi;
+      a.node = best.node;
+      a.for_job = j.id;
+      a.for_index = ji;
+      a.est_lost_gpu_s = vc.lost_gpu_s;
+      double uncommitted = EstimatedLostWork(v, now, cfg);
+      if (cfg.kind == PolicyKind::kKubernetes) {
+        a.reason = Fmt("k8s order: %s victim on %s for %s job %s (%d victim(s) on node, started %.0f s ago)",
+                       PriorityClassName(v.cls), st.nodes[best.node].name.c_str(), PriorityClassName(j.cls),
+                       j.id.c_str(), best.count, now - v.start_time);
+      } else if (vc.checkpoint_first) {
+        a.reason = Fmt("least lost work on %s for %s job %s: checkpoint first (%.1f s) loses %.0f GPU-s incl. "
+                       "restore vs %.0f s uncommitted now",
+                       st.nodes[best.node].name.c_str(), PriorityClassName(j.cls), j.id.c_str(), vc.wait_s,
+                       vc.lost_gpu_s, uncommitted);
+      } else {
+        a.reason = Fmt("least lost work on %s for %s job %s: evict now, %.0f s uncommitted%s, %.0f GPU-s incl. restore",
+                       st.nodes[best.node].name.c_str(), PriorityClassName(j.cls), j.id.c_str(), uncommitted,
+                       HintsFresh(v, now, cfg) ? "" : " (no fresh hints: assumed)", vc.lost_gpu_s);
+      }
+      out.actions.push_back(std::move(a));
+      placed_by_class[static_cast<int>(v.cls)] -= v.gpus;
+      if (budget_on) {
+        Budget& b = budget[v.queue];
+        b.count++;
+        b.lost_gpu_h += vc.lost_gpu_s / 3600.0;
+        b.oldest = std::min(b.oldest, now);
+      }
+    }
+    set_free(best.node, 0);
+  }
+  if (min_runtime_release < kInf) out.recheck_at = std::min(out.recheck_at, min_runtime_release);
+
+  // 4. Wait estimates and suggestions for high-priority jobs left pending.
+  for (int ji : blocked_high) {
+    const Job& j = jobs[ji];
+    WaitEstimate w;
+    w.job = j.id;
+    w.waited_s = now - j.submit_time;
+    bool lower_running = placed_by_class[0] + placed_by_class[1] > 0;
+    if (!cfg.preempts_lower[static_cast<int>(j.cls)] || cfg.kind == PolicyKind::kFcfs || !lower_running) {
+      w.est_wait_s = kInf;
+      if (!lower_running)
+        w.suggestion = Fmt("add capacity: all GPUs are held by high-priority jobs; %d more GPU(s) on one node "
+                           "would start %s", j.gpus, j.id.c_str());
+      else
+        w.suggestion = Fmt("policy does not preempt for %s; add capacity (%d GPU(s)) or enable preemption",
+                           j.id.c_str(), j.gpus);
+    } else if (budget_blocked) {
+      w.est_wait_s = w.waited_s + std::max(0.0, out.recheck_at - now);
+      w.suggestion = Fmt("queue '%s' preemption budget exhausted; raise its budget (accept a higher priority "
+                         "cost) or add capacity (%d GPU(s))", budget_queue.c_str(), j.gpus);
+    } else if (min_runtime_release < kInf) {
+      w.est_wait_s = w.waited_s + (min_runtime_release - now);
+      w.suggestion = Fmt("lower-priority jobs are within their minimum run time; a victim frees up in %.0f s",
+                         min_runtime_release - now);
+    } else {
+      w.est_wait_s = kInf;
+      w.suggestion = Fmt("no node can free %d GPU(s) from lower-priority jobs; add capacity", j.gpus);
+    }
+    if (!(w.est_wait_s > cfg.wait_alert_s)) w.suggestion.clear();
+    out.waits.push_back(std::move(w));
+  }
+  return out;
+}
+
+}  // namespace preempt::sched

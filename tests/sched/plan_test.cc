@@ -1,0 +1,150 @@
+// `plan` inputs: snapshot files with hint files, Kubernetes pod lists with hint annotations,
+// policy overrides; and the decisions' formatting.
+#include "preempt/sched/plan.h"
+
+#include <gtest/gtest.h>
+
+#include "support/test_util.h"
+
+namespace preempt::sched {
+namespace {
+
+using preempt::testing::TempDir;
+using preempt::testing::WriteFileOrDie;
+
+Hints H(double lost, double now) {
+  Hints h;
+  h.job = "x";
+  h.updated_unix = now;
+  h.lost_work_s = lost;
+  h.cost.persist_s = 3;
+  return h;
+}
+
+TEST(Plan, SnapshotWithHintFilesRanksTheCheaperVictim) {
+  TempDir dir;
+  const double now = 1764680000;
+  ASSERT_TRUE(WriteHintsAtomic(dir / "a.json", H(2000, now)).ok());
+  ASSERT_TRUE(WriteHintsAtomic(dir / "b.json", H(60, now)).ok());
+  WriteFileOrDie(dir / "snap.json", R"({"schema":"preempt.snapshot/1","now_unix":1764680000,
+    "nodes":[{"name":"n0","gpus":1},{"name":"n1","gpus":2}],
+    "jobs":[{"id":"a","class":"low","gpus":1,"state":"running","node":"n0","start_unix":1764670000,"hints_file":"a.json"},
+            {"id":"b","class":"low","gpus":1,"state":"running","node":"n1","start_unix":1764670000,"hints_file":"b.json"},
+            {"id":"c","class":"low","gpus":1,"state":"running","node":"n1","start_unix":1764670000,"hints_file":"missing.json"},
+            {"id":"h","class":"high","gpus":1,"state":"pending","submit_unix":1764679990}]})");
+  ClusterState st;
+  std::vector<std::string> notes;
+  ASSERT_TRUE(LoadSnapshot(dir / "snap.json", &st, &notes).ok());
+  ASSERT_EQ(st.jobs.size(), 4u);
+  EXPECT_TRUE(st.jobs[0].hints.has_value());
+  EXPECT_FALSE(st.jobs[2].hints.has_value());
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("job c"), std::string::npos) << notes[0];
+  // b has the least uncommitted work; c (unknown cost) is never taken as free.
+  Decisions d = Decide(st, HintAwareNoRulesPolicy());
+  ASSERT_EQ(d.actions.size(), 1u) << FormatDecisions(st, d);
+  EXPECT_EQ(d.actions[0].job, "b");
+  std::string text = FormatDecisions(st, d);
+  EXPECT_NE(text.find("checkpoint-then-evict"), std::string::npos) << text;
+  EXPECT_NE(text.find("node=n1"), std::string::npos) << text;
+  std::string json = DecisionsToJson(st, d);
+  EXPECT_NE(json.find("\"job\":\"b\""), std::string::npos) << json;
+}
+
+TEST(Plan, SnapshotErrorsNameTheField) {
+  TempDir dir;
+  struct Case {
+    std::string doc;
+    std::string needle;
+  };
+  const Case cases[] = {
+      {"{", "invalid JSON"},
+      {R"({"schema":"x"})", "field 'schema'"},
+      {R"({"schema":"preempt.snapshot/1"})", "field 'nodes'"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[{"name":"n"}],"jobs":[]})", "nodes[]"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","class":"vip"}]})", "field 'class'"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","state":"running","node":"zz"}]})",
+       "unknown node 'zz'"},
+  };
+  for (const auto& c : cases) {
+    WriteFileOrDie(dir / "s.json", c.doc);
+    ClusterState st;
+    std::vector<std::string> notes;
+    Status s = LoadSnapshot(dir / "s.json", &st, &notes);
+    EXPECT_FALSE(s.ok()) << c.doc;
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.ToString();
+  }
+}
+
+TEST(Plan, KubernetesPodList) {
+  TempDir dir;
+  const double now = 1764680000;  // 2025-12-02T12:53:20Z
+  std::string hints = HintsToJson(H(30, now));
+  std::string escaped;
+  for (char ch : hints) {
+    if (ch == '"') escaped += "\\\"";
+    else if (ch != '\n') escaped += ch;
+  }
+  WriteFileOrDie(dir / "pods.json", R"({"items":[
+    {"metadata":{"name":"train-a","namespace":"research","creationTimestamp":"2025-12-02T10:00:00Z",
+                 "annotations":{"preempt.dev/hints":")" + escaped + R"("}},
+     "spec":{"nodeName":"gpu-1","priorityClassName":"preempt-low",
+             "containers":[{"resources":{"limits":{"nvidia.com/gpu":"4"}}}]},
+     "status":{"phase":"Running","startTime":"2025-12-02T10:00:05Z"}},
+    {"metadata":{"name":"train-b","namespace":"research","creationTimestamp":"2025-12-02T10:00:00Z"},
+     "spec":{"nodeName":"gpu-1","priority":1,"containers":[{"resources":{"limits":{"nvidia.com/gpu":4}}}]},
+     "status":{"phase":"Running","startTime":"2025-12-02T10:00:05Z"}},
+    {"metadata":{"name":"web","namespace":"prod"},"spec":{"containers":[{}]},"status":{"phase":"Running"}},
+    {"metadata":{"name":"serve","namespace":"prod","creationTimestamp":"2025-12-02T12:53:00Z"},
+     "spec":{"priorityClassName":"preempt-high","containers":[{"resources":{"limits":{"nvidia.com/gpu":"4"}}}]},
+     "status":{"phase":"Pending"}}]})");
+  ClusterState st;
+  std::vector<std::string> notes;
+  Status s = LoadK8sPodList(dir / "pods.json", 8, now, &st, &notes);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(st.nodes.size(), 1u);
+  EXPECT_EQ(st.nodes[0].gpus, 8);
+  ASSERT_EQ(st.jobs.size(), 3u);  // the CPU-only pod is ignored
+  EXPECT_EQ(st.jobs[0].id, "research/train-a");
+  EXPECT_EQ(st.jobs[0].gpus, 4);
+  EXPECT_EQ(st.jobs[0].cls, PriorityClass::kLow);
+  EXPECT_TRUE(st.jobs[0].hints.has_value());
+  EXPECT_FALSE(st.jobs[1].hints.has_value());
+  EXPECT_EQ(st.jobs[2].cls, PriorityClass::kHigh);
+  EXPECT_EQ(st.jobs[2].phase, JobPhase::kPending);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("train-b"), std::string::npos);
+  Decisions d = Decide(st, HintAwareNoRulesPolicy());
+  ASSERT_EQ(d.actions.size(), 1u) << FormatDecisions(st, d);
+  EXPECT_EQ(d.actions[0].job, "research/train-a");  // known, small lost work beats unknown
+}
+
+TEST(Plan, Rfc3339) {
+  double t = 0;
+  ASSERT_TRUE(ParseRfc3339("1970-01-01T00:01:00Z", &t));
+  EXPECT_EQ(t, 60);
+  ASSERT_TRUE(ParseRfc3339("2025-12-02T12:53:20.5Z", &t));
+  EXPECT_DOUBLE_EQ(t, 1764680000.5);
+  EXPECT_FALSE(ParseRfc3339("2025-12-02 12:53:20", &t));
+  EXPECT_FALSE(ParseRfc3339("2025-12-02T12:53:20+01:00", &t));
+}
+
+TEST(Plan, PolicyOverrides) {
+  PolicyConfig p;
+  ASSERT_TRUE(PolicyFromJson(R"({"kind":"k8s","min_runtime_s":5,"checkpoint_then_evict":false,
+                                 "budget_max_preemptions":3,"preempts_lower":[false,false,true]})",
+                             &p)
+                  .ok());
+  EXPECT_EQ(p.kind, PolicyKind::kKubernetes);
+  EXPECT_EQ(p.min_runtime_s, 5);
+  EXPECT_FALSE(p.checkpoint_then_evict);
+  EXPECT_EQ(p.budget_max_preemptions, 3);
+  EXPECT_FALSE(p.preempts_lower[1]);
+  Status s = PolicyFromJson(R"({"min_runtime":5})", &p);
+  EXPECT_NE(s.message().find("unknown field 'min_runtime'"), std::string::npos) << s.ToString();
+  s = PolicyFromJson(R"({"cooldown_s":"x"})", &p);
+  EXPECT_NE(s.message().find("field 'cooldown_s'"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace preempt::sched

@@ -1,0 +1,465 @@
+// Table-driven tests of Decide(): placement, each preemption rule, and the baselines.
+#include "preempt/sched/policy.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace preempt::sched {
+namespace {
+
+constexpr double kNow = 100000;
+
+Hints MakeHints(double lost_s, double persist_s = 2, double age_s = 0) {
+  Hints h;
+  h.job = "j";
+  h.updated_unix = kNow - age_s;
+  h.lost_work_s = lost_s;
+  h.cost.drain_s = 0.1;
+  h.cost.stall_s = 0.4;
+  h.cost.persist_s = persist_s;
+  return h;
+}
+
+struct B {  // a small builder for cluster states
+  ClusterState st;
+  explicit B(std::vector<int> node_gpus) {
+    st.now = kNow;
+    for (size_t i = 0; i < node_gpus.size(); ++i) st.nodes.push_back({"n" + std::to_string(i), node_gpus[i]});
+  }
+  Job& Run(const std::string& id, PriorityClass c, int gpus, int node, double started_ago, std::optional<Hints> h,
+           const std::string& queue = "q") {
+    Job j;
+    j.id = id;
+    j.cls = c;
+    j.gpus = gpus;
+    j.node = node;
+    j.queue = queue;
+    j.phase = JobPhase::kRunning;
+    j.submit_time = kNow - started_ago - 10;
+    j.start_time = kNow - started_ago;
+    j.hints = h;
+    j.restore_s = 10;
+    st.jobs.push_back(j);
+    return st.jobs.back();
+  }
+  Job& Pend(const std::string& id, PriorityClass c, int gpus, double waited = 5) {
+    Job j;
+    j.id = id;
+    j.cls = c;
+    j.gpus = gpus;
+    j.submit_time = kNow - waited;
+    st.jobs.push_back(j);
+    return st.jobs.back();
+  }
+};
+
+const Action* Find(const Decisions& d, const std::string& job) {
+  for (const auto& a : d.actions)
+    if (a.job == job) return &a;
+  return nullptr;
+}
+
+std::string Dump(const Decisions& d) {
+  std::string s;
+  for (const auto& a : d.actions) s += std::string(ActionKindName(a.kind)) + " " + a.job + " # " + a.reason + "\n";
+  return s;
+}
+
+constexpr auto L = PriorityClass::kLow;
+constexpr auto M = PriorityClass::kMedium;
+constexpr auto H = PriorityClass::kHigh;
+
+PolicyConfig Hint() {
+  PolicyConfig c = HintAwareNoRulesPolicy();
+  return c;
+}
+
+TEST(Policy, Names) {
+  PriorityClass c;
+  EXPECT_TRUE(ParsePriorityClass("medium", &c));
+  EXPECT_EQ(c, M);
+  EXPECT_FALSE(ParsePriorityClass("urgent", &c));
+  EXPECT_STREQ(PolicyKindName(PolicyKind::kKubernetes), "k8s");
+  PolicyConfig d;
+  EXPECT_EQ(d.priority_value[2], 1000000);
+  EXPECT_EQ(d.priority_value[1], 100);
+  EXPECT_EQ(d.priority_value[0], 1);
+  EXPECT_DOUBLE_EQ(d.reserved_headroom, 0.15);
+}
+
+TEST(Policy, StartsBestFitInPriorityOrder) {
+  B b({8, 2, 4});
+  b.Pend("low", L, 2, 100);
+  b.Pend("high", H, 4, 1);
+  b.Pend("big", L, 16);  // never fits: ignored
+  Decisions d = Decide(b.st, Hint());
+  ASSERT_EQ(d.actions.size(), 2u) << Dump(d);
+  EXPECT_EQ(d.actions[0].job, "high");  // high first, though it arrived later
+  EXPECT_EQ(d.actions[0].node, 2);      // smallest node with 4 free
+  EXPECT_EQ(d.actions[1].job, "low");
+  EXPECT_EQ(d.actions[1].node, 1);
+  EXPECT_EQ(d.actions[1].job_index, 0);
+}
+
+TEST(Policy, FcfsIsArrivalOrderWithoutPreemption) {
+  B b({4});
+  b.Run("r", L, 3, 0, 50, MakeHints(10));
+  b.Pend("low-early", L, 1, 100);
+  b.Pend("high-late", H, 1, 1);
+  Decisions d = Decide(b.st, FcfsPolicy());
+  ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
+  EXPECT_EQ(d.actions[0].job, "low-early");
+  B c({4});
+  c.Run("r", L, 4, 0, 50, MakeHints(10));
+  c.Pend("high", H, 1);
+  d = Decide(c.st, FcfsPolicy());
+  EXPECT_TRUE(d.actions.empty()) << Dump(d);
+  ASSERT_EQ(d.waits.size(), 1u);
+  EXPECT_TRUE(std::isinf(d.waits[0].est_wait_s));
+}
+
+// Kubernetes default order: lowest priority, then fewest victims, then most recently started.
+TEST(Policy, KubernetesVictimOrder) {
+  struct Case {
+    const char* name;
+    std::function<void(B&)> setup;
+    std::vector<std::string> victims;
+  };
+  const Case cases[] = {
+      {"lowest priority",
+       [](B& b) {
+         b.Run("med", M, 2, 0, 10, MakeHints(1));
+         b.Run("low", L, 2, 1, 1000, MakeHints(900));
+       },
+       {"low"}},
+      {"fewest victims",
+       [](B& b) {
+         b.Run("a1", L, 1, 0, 10, MakeHints(1));
+         b.Run("a2", L, 1, 0, 10, MakeHints(1));
+         b.Run("big", L, 2, 1, 500, MakeHints(499));
+       },
+       {"big"}},
+      {"most recently started",
+       [](B& b) {
+         b.Run("old", L, 2, 0, 5000, MakeHints(1));
+         b.Run("new", L, 2, 1, 60, MakeHints(59));
+       },
+       {"new"}},
+  };
+  for (const auto& c : cases) {
+    B b({2, 2});
+    c.setup(b);
+    b.Pend("hi", H, 2);
+    Decisions d = Decide(b.st, KubernetesPolicy());
+    std::vector<std::string> got;
+    for (const auto& a : d.actions) {
+      EXPECT_EQ(a.kind, ActionKind::kEvict) << c.name;
+      EXPECT_EQ(a.for_job, "hi");
+      got.push_back(a.job);
+    }
+    EXPECT_EQ(got, c.victims) << c.name << "\n" << Dump(d);
+  }
+}
+
+// Hint-aware victim choice and how the victim is preempted.
+TEST(Policy, HintAwareVictimChoice) {
+  struct Case {
+    const char* name;
+    std::optional<Hints> a, b;
+    std::string victim;
+    ActionKind how;
+  };
+  const Case cases[] = {
+      {"less lost work", MakeHints(900), MakeHints(30), "b", ActionKind::kRequestCheckpoint},
+      {"checkpointing equalizes; tie broken by lost work", MakeHints(50), MakeHints(40), "b",
+       ActionKind::kRequestCheckpoint},
+      {"just committed: evict now is cheaper", MakeHints(600), MakeHints(0.5, 2), "b", ActionKind::kEvict},
+      {"missing hints are expensive, not free", std::nullopt, MakeHints(1000), "b", ActionKind::kRequestCheckpoint},
+      {"stale hints are expensive", MakeHints(1, 2, /*age=*/3600), MakeHints(500), "b",
+       ActionKind::kRequestCheckpoint},
+      {"slow checkpoint costs the preemptor's wait", MakeHints(300, 60), MakeHints(300, 2), "b",
+       ActionKind::kRequestCheckpoint},
+  };
+  for (const auto& c : cases) {
+    B b({1, 1});
+    b.Run("a", L, 1, 0, 3600, c.a);
+    b.Run("b", L, 1, 1, 3600, c.b);
+    b.Pend("hi", H, 1);
+    Decisions d = Decide(b.st, Hint());
+    ASSERT_EQ(d.actions.size(), 1u) << c.name << "\n" << Dump(d);
+    EXPECT_EQ(d.actions[0].job, c.victim) << c.name << "\n" << Dump(d);
+    EXPECT_EQ(d.actions[0].kind, c.how) << c.name << "\n" << Dump(d);
+    EXPECT_FALSE(d.actions[0].reason.empty());
+  }
+}
+
+TEST(Policy, CheckpointThenEvictCanBeTurnedOff) {
+  B b({1});
+  b.Run("a", L, 1, 0, 3600, MakeHints(900));
+  b.Pend("hi", H, 1);
+  PolicyConfig c = Hint();
+  c.checkpoint_then_evict = false;
+  Decisions d = Decide(b.st, c);
+  ASSERT_EQ(d.actions.size(), 1u);
+  EXPECT_EQ(d.actions[0].kind, ActionKind::kEvict);
+  EXPECT_NEAR(d.actions[0].est_lost_gpu_s, 910, 1e-6);
+}
+
+TEST(Policy, PrefersLowerClassAndNeverEqualOrHigher) {
+  B b({2, 2, 2});
+  b.Run("med", M, 2, 0, 3600, MakeHints(1));
+  b.Run("low", L, 2, 1, 3600, MakeHints(3000));
+  b.Run("high", H, 2, 2, 3600, MakeHints(0.1));
+  b.Pend("hi", H, 2);
+  b.Pend("med2", M, 2);
+  Decisions d = Decide(b.st, Hint());
+  const Action* low = Find(d, "low");
+  ASSERT_TRUE(low) << Dump(d);
+  EXPECT_EQ(low->for_job, "hi");
+  EXPECT_FALSE(Find(d, "high")) << Dump(d);
+  // med2 may not take med (equal class) and low is already taken.
+  EXPECT_FALSE(Find(d, "med")) << Dump(d);
+}
+
+TEST(Policy, ClassWithNeverPolicyDoesNotPreempt) {
+  B b({1});
+  b.Run("low", L, 1, 0, 3600, MakeHints(100));
+  b.Pend("med", M, 1);
+  PolicyConfig c = Hint();
+  EXPECT_EQ(Decide(b.st, c).actions.size(), 1u);
+  c.preempts_lower[1] = false;
+  EXPECT_TRUE(Decide(b.st, c).actions.empty());
+  b.st.jobs[1].cls = L;  // low never preempts by default
+  EXPECT_TRUE(Decide(b.st, Hint()).actions.empty());
+}
+
+TEST(Policy, MinimumRuntimeProtectsRecentlyResumedJobs) {
+  B b({1, 1});
+  b.Run("fresh", L, 1, 0, 30, MakeHints(1));
+  b.Run("old", L, 1, 1, 5000, MakeHints(4000));
+  b.Pend("hi", H, 1);
+  PolicyConfig c = Hint();
+  c.min_runtime_s = 300;
+  Decisions d = Decide(b.st, c);
+  ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
+  EXPECT_EQ(d.actions[0].job, "old");
+  // With only the fresh job, nothing happens until its minimum run time ends.
+  b.st.jobs.erase(b.st.jobs.begin() + 1);
+  b.st.nodes.pop_back();
+  d = Decide(b.st, c);
+  EXPECT_TRUE(d.actions.empty()) << Dump(d);
+  EXPECT_NEAR(d.recheck_at, kNow - 30 + 300, 1e-6);
+  ASSERT_EQ(d.waits.size(), 1u);
+  EXPECT_NEAR(d.waits[0].est_wait_s, 5 + 270, 1e-6);
+}
+
+TEST(Policy, CooldownDelaysRestart) {
+  B b({4});
+  Job& j = b.Pend("victim", L, 1);
+  j.last_preempted = kNow - 100;
+  PolicyConfig c = Hint();
+  c.cooldown_s = 300;
+  Decisions d = Decide(b.st, c);
+  EXPECT_TRUE(d.actions.empty());
+  EXPECT_NEAR(d.recheck_at, kNow + 200, 1e-6);
+  c.cooldown_s = 0;
+  EXPECT_EQ(Decide(b.st, c).actions.size(), 1u);
+}
+
+TEST(Policy, PerQueuePreemptionBudget) {
+  struct Case {
+    const char* name;
+    int max_preemptions;
+    double max_lost_gpu_h;
+    std::vector<PreemptionRecord> history;
+    std::string victim;  // "" = none
+  };
+  const Case cases[] = {
+      {"under count budget", 2, 0, {{kNow - 100, "research", 0.1}}, "cheap"},
+      {"count budget spent", 2, 0, {{kNow - 100, "research", 0.1}, {kNow - 50, "research", 0.1}}, "pricey"},
+      {"old records expire", 2, 0, {{kNow - 4000, "research", 0.1}, {kNow - 3700, "research", 0.1}}, "cheap"},
+      {"lost GPU-hour budget spent", 0, 1.0, {{kNow - 100, "research", 0.999}}, "pricey"},
+      {"other queue's history does not count", 1, 0, {{kNow - 100, "prod", 5}}, "cheap"},
+  };
+  for (const auto& c : cases) {
+    B b({1, 1});
+    b.Run("cheap", L, 1, 0, 3600, MakeHints(10), "research");
+    b.Run("pricey", L, 1, 1, 3600, MakeHints(2000), "batch");
+    b.Pend("hi", H, 1);
+    b.st.history = c.history;
+    PolicyConfig p = Hint();
+    p.budget_window_s = 3600;
+    p.budget_max_preemptions = c.max_preemptions;
+    p.budget_max_lost_gpu_hours = c.max_lost_gpu_h;
+    if (c.name == std::string("lost GPU-hour budget spent")) b.st.jobs[1].queue = "batch";
+    Decisions d = Decide(b.st, p);
+    ASSERT_EQ(d.actions.size(), 1u) << c.name << "\n" << Dump(d);
+    EXPECT_EQ(d.actions[0].job, c.victim) << c.name << "\n" << Dump(d);
+  }
+}
+
+TEST(Policy, BudgetExhaustedSuggestsAction) {
+  B b({1});
+  b.Run("only", L, 1, 0, 3600, MakeHints(10), "research");
+  b.Pend("hi", H, 1, 900);
+  b.st.history = {{kNow - 100, "research", 0.1}};
+  PolicyConfig p = Hint();
+  p.budget_max_preemptions = 1;
+  p.wait_alert_s = 600;
+  Decisions d = Decide(b.st, p);
+  EXPECT_TRUE(d.actions.empty()) << Dump(d);
+  ASSERT_EQ(d.waits.size(), 1u);
+  EXPECT_NE(d.waits[0].suggestion.find("budget"), std::string::npos) << d.waits[0].suggestion;
+  EXPECT_NEAR(d.recheck_at, kNow - 100 + 3600, 1e-6);
+}
+
+TEST(Policy, ReservedHeadroomIsForHighPriority) {
+  struct Case {
+    PriorityClass cls;
+    int used_by_low;
+    bool starts;
+  };
+  // 20 GPUs, 15% headroom → 3 GPUs only high may take: non-high may hold 17.
+  const Case cases[] = {{L, 16, true}, {L, 17, false}, {M, 17, false}, {H, 17, true}, {H, 19, true}};
+  for (const auto& c : cases) {
+    B b({20});
+    b.Run("filler", L, c.used_by_low, 0, 3600, MakeHints(1));
+    b.Pend("new", c.cls, 1);
+    PolicyConfig p = Hint();
+    p.reserved_headroom = 0.15;
+    Decisions d = Decide(b.st, p);
+    EXPECT_EQ(Find(d, "new") != nullptr, c.starts) << PriorityClassName(c.cls) << " " << c.used_by_low << Dump(d);
+  }
+}
+
+TEST(Policy, LowGuaranteedShareIsNotPreempted) {
+  struct Case {
+    double share;
+    bool preempted;
+  };
+  for (const auto& c : {Case{0.0, true}, Case{0.25, true}, Case{0.5, false}}) {
+    B b({2, 2, 2});
+    b.Run("low", L, 2, 0, 3600, MakeHints(100));
+    b.Run("low2", L, 2, 1, 3600, MakeHints(5000));
+    b.Run("high", H, 2, 2, 3600, MakeHints(100));
+    b.Pend("hi2", H, 2);
+    PolicyConfig p = Hint();
+    p.low_guaranteed_share = c.share;  // of 6 GPUs: floor(1.5) = 1, floor(3) = 3; low holds 4
+    Decisions d = Decide(b.st, p);
+    EXPECT_EQ(Find(d, "low") != nullptr, c.preempted) << c.share << Dump(d);
+  }
+  // And the share lets low start inside the headroom.
+  B b({10});
+  b.Pend("low", L, 1);
+  b.Run("m", M, 9, 0, 10, MakeHints(1));
+  PolicyConfig p = Hint();
+  p.reserved_headroom = 0.5;
+  p.low_guaranteed_share = 0.1;
+  EXPECT_TRUE(Find(Decide(b.st, p), "low"));
+}
+
+TEST(Policy, CheckpointingVictimIsEvictedAfterAckOrDeadline) {
+  struct Case {
+    const char* name;
+    int64_t ack;
+    double requested_ago;
+    bool evict;
+  };
+  const Case cases[] = {{"acknowledged", 7, 1, true},
+                        {"older ack", 6, 1, false},
+                        {"deadline passed", 0, 121, true}};
+  for (const auto& c : cases) {
+    B b({1});
+    Job& v = b.Run("v", L, 1, 0, 3600, MakeHints(1));
+    v.phase = JobPhase::kCheckpointing;
+    v.request_id = 7;
+    v.request_time = kNow - c.requested_ago;
+    v.preemptor = "hi";
+    v.hints->request_ack = c.ack;
+    b.Pend("hi", H, 1);
+    PolicyConfig p = Hint();
+    p.checkpoint_deadline_s = 120;
+    Decisions d = Decide(b.st, p);
+    const Action* a = Find(d, "v");
+    EXPECT_EQ(a != nullptr, c.evict) << c.name << Dump(d);
+    if (a) {
+      EXPECT_EQ(a->kind, ActionKind::kEvict);
+      EXPECT_EQ(a->for_job, "hi");
+    } else {
+      EXPECT_NEAR(d.recheck_at, kNow - c.requested_ago + 120, 1e-6) << c.name;
+    }
+    EXPECT_FALSE(Find(d, "hi")) << "the preemptor waits for its victim\n" << Dump(d);
+  }
+}
+
+TEST(Policy, PreemptorWaitsForItsVictimsThenStarts) {
+  B b({2});
+  Job& v = b.Run("v", L, 1, 0, 3600, MakeHints(1));
+  v.phase = JobPhase::kEvicting;
+  v.preemptor = "hi";
+  b.Run("other", L, 1, 0, 3600, MakeHints(1));
+  b.Pend("hi", H, 1);
+  b.Pend("lowpend", L, 1);
+  Decisions d = Decide(b.st, Hint());
+  EXPECT_TRUE(d.actions.empty()) << "no second victim, no theft of the freed slot\n" << Dump(d);
+  b.st.jobs.erase(b.st.jobs.begin());  // the victim left
+  d = Decide(b.st, Hint());
+  ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
+  EXPECT_EQ(d.actions[0].job, "hi");
+}
+
+TEST(Policy, TwoPreemptorsGetDistinctVictims) {
+  B b({1, 1, 1});
+  b.Run("a", L, 1, 0, 3600, MakeHints(10));
+  b.Run("b", L, 1, 1, 3600, MakeHints(20));
+  b.Run("c", L, 1, 2, 3600, MakeHints(30));
+  b.Pend("h1", H, 1, 10);
+  b.Pend("h2", H, 1, 5);
+  Decisions d = Decide(b.st, Hint());
+  ASSERT_EQ(d.actions.size(), 2u) << Dump(d);
+  EXPECT_EQ(d.actions[0].job, "a");
+  EXPECT_EQ(d.actions[0].for_job, "h1");
+  EXPECT_EQ(d.actions[1].job, "b");
+  EXPECT_EQ(d.actions[1].for_job, "h2");
+}
+
+TEST(Policy, MultiGpuPreemptorNeedsOneNode) {
+  B b({4, 4});
+  b.Run("a", L, 2, 0, 3600, MakeHints(10));
+  b.Run("b", L, 2, 0, 3600, MakeHints(3000));
+  b.Run("c", L, 2, 1, 3600, MakeHints(1000));
+  b.Run("d", H, 2, 1, 3600, MakeHints(1));
+  b.Pend("hi", H, 4);
+  Decisions d = Decide(b.st, Hint());
+  // Node 1 cannot free 4 (d is high): both a and b on node 0 go.
+  ASSERT_EQ(d.actions.size(), 2u) << Dump(d);
+  EXPECT_TRUE(Find(d, "a") && Find(d, "b")) << Dump(d);
+}
+
+TEST(Policy, WaitEstimateSuggestsCapacityWhenOnlyHighRuns) {
+  B b({2});
+  b.Run("h", H, 2, 0, 3600, MakeHints(1));
+  b.Pend("hi", H, 2, 1000);
+  PolicyConfig p;  // all rules on
+  Decisions d = Decide(b.st, p);
+  EXPECT_TRUE(d.actions.empty());
+  ASSERT_EQ(d.waits.size(), 1u);
+  EXPECT_TRUE(std::isinf(d.waits[0].est_wait_s));
+  EXPECT_NE(d.waits[0].suggestion.find("add capacity"), std::string::npos) << d.waits[0].suggestion;
+}
+
+TEST(Policy, EstimatedLostWork) {
+  PolicyConfig p;
+  Job j;
+  EXPECT_EQ(EstimatedLostWork(j, kNow, p), p.unknown_lost_work_s);
+  j.hints = MakeHints(10, 2, 5);  // 5 s old, training: 15 s now
+  EXPECT_NEAR(EstimatedLostWork(j, kNow, p), 15, 1e-9);
+  EXPECT_TRUE(HintsFresh(j, kNow, p));
+  j.hints->updated_unix = kNow - p.hints_stale_s - 1;
+  EXPECT_FALSE(HintsFresh(j, kNow, p));
+  EXPECT_EQ(EstimatedLostWork(j, kNow, p), p.unknown_lost_work_s);
+}
+
+}  // namespace
+}  // namespace preempt::sched

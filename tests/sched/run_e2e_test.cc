@@ -1,0 +1,147 @@
+// End to end: `preempt-sched run` on 2 virtual GPU slots with two low-priority stand-in trainers
+// and a high-priority arrival. The victim must be the low job with less uncommitted work; it is
+// asked to checkpoint first, evicted after the commit, the high job starts on its slot, and the
+// victim later resumes from its commit having lost at most one step.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "preempt/sched/runner.h"
+#include "support/test_util.h"
+
+namespace preempt::sched {
+namespace {
+
+using preempt::testing::BinaryDir;
+using preempt::testing::TempDir;
+
+std::vector<std::string> Lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  std::string l;
+  while (std::getline(in, l)) out.push_back(l);
+  return out;
+}
+
+int IndexOf(const std::vector<RunEvent>& ev, const std::string& kind, const std::string& job, int nth = 0) {
+  for (size_t i = 0; i < ev.size(); ++i)
+    if (ev[i].kind == kind && ev[i].job == job && nth-- == 0) return static_cast<int>(i);
+  return -1;
+}
+
+TEST(SchedRun, CheckpointThenEvictTheCheaperVictimAndResume) {
+  TempDir dir("preempt-sched-run");
+  const std::string trainer = BinaryDir() + "/tests/sched/fake_trainer";
+  auto job = [&](const std::string& id, PriorityClass cls, double at, int steps, int every) {
+    RunJobSpec j;
+    j.id = id;
+    j.cls = cls;
+    j.submit_after_s = at;
+    j.grace_s = 5;
+    std::string d = dir / id;
+    EXPECT_EQ(mkdir(d.c_str(), 0755), 0);
+    j.argv = {trainer, "--dir", d, "--steps", std::to_string(steps), "--every", std::to_string(every),
+              "--step-ms", "50"};
+    return j;
+  };
+  // low-a commits every 4 steps (≤ 0.2 s uncommitted); low-b only at its end.
+  std::vector<RunJobSpec> jobs = {job("low-a", PriorityClass::kLow, 0, 50, 4),
+                                  job("low-b", PriorityClass::kLow, 0, 50, 1000),
+                                  job("high-h", PriorityClass::kHigh, 1.0, 10, 1000)};
+  RunOptions opt;
+  opt.slots = 2;
+  opt.work_dir = dir / "run";
+  opt.event_log = dir / "events.log";
+  opt.timeout_s = 60;
+  opt.policy.min_runtime_s = 0;
+  opt.policy.cooldown_s = 0.2;
+  opt.policy.reserved_headroom = 0;
+  opt.policy.low_guaranteed_share = 0;
+  opt.policy.checkpoint_deadline_s = 10;
+  opt.policy.hints_stale_s = 10;
+  opt.policy.restore_s = 1;
+  std::vector<RunEvent> ev;
+  Status s = RunJobs(jobs, opt, &ev);
+  std::string all;
+  for (const auto& e : ev) all += std::to_string(e.t) + " " + e.kind + " " + e.job + " " + e.detail + "\n";
+  ASSERT_TRUE(s.ok()) << s.ToString() << "\n" << all;
+
+  // The victim is low-a, asked to checkpoint for high-h; low-b is never touched.
+  int req = IndexOf(ev, "request", "low-a");
+  ASSERT_GE(req, 0) << all;
+  EXPECT_NE(ev[req].detail.find("for high-h"), std::string::npos) << all;
+  EXPECT_EQ(IndexOf(ev, "request", "low-b"), -1) << all;
+  EXPECT_EQ(IndexOf(ev, "evict", "low-b"), -1) << all;
+  // Order: request → ack (commit durable) → evict (SIGTERM) → preempted → high-h starts.
+  int ack = IndexOf(ev, "ack", "low-a");
+  int evict = IndexOf(ev, "evict", "low-a");
+  int gone = IndexOf(ev, "preempted", "low-a");
+  int high = IndexOf(ev, "start", "high-h");
+  ASSERT_GE(ack, 0) << all;
+  EXPECT_LT(req, ack) << all;
+  EXPECT_LT(ack, evict) << all;
+  EXPECT_LT(evict, gone) << all;
+  EXPECT_LT(gone, high) << all;
+  EXPECT_EQ(IndexOf(ev, "kill", "low-a"), -1) << "victim needed SIGKILL\n" << all;
+  // The victim restarts later and everything finishes.
+  EXPECT_GE(IndexOf(ev, "start", "low-a", 1), high) << all;
+  for (const char* id : {"low-a", "low-b", "high-h"}) EXPECT_GE(IndexOf(ev, "done", id), 0) << id << "\n" << all;
+
+  // From the victim's own log: a commit for request 1, then exit at step S, then resume at R ≥ S-1.
+  auto log = Lines(dir / "low-a" + "/log");
+  std::string joined;
+  for (const auto& l : log) joined += l + "\n";
+  int64_t exit_step = -1, resume_step = -1;
+  bool saw_request_commit = false;
+  for (const auto& l : log) {
+    std::istringstream in(l);
+    std::string what;
+    int64_t step = -1;
+    in >> what >> step;
+    std::string why;
+    in >> why;
+    if (what == "commit" && why.rfind("request=", 0) == 0 && exit_step < 0) saw_request_commit = true;
+    if (what == "exit" && exit_step < 0) exit_step = step;
+    if (what == "start" && exit_step >= 0 && resume_step < 0) resume_step = step;
+  }
+  EXPECT_TRUE(saw_request_commit) << joined;
+  ASSERT_GE(exit_step, 0) << joined;
+  ASSERT_GE(resume_step, 0) << joined;
+  EXPECT_GE(resume_step, exit_step - 1) << "lost more than one step\n" << joined;
+  EXPECT_EQ(log.back(), "done 50") << joined;
+}
+
+TEST(SchedRun, SpecErrors) {
+  TempDir dir;
+  std::vector<RunJobSpec> jobs(1);
+  jobs[0].id = "x";
+  RunOptions opt;
+  opt.work_dir = dir.path();
+  EXPECT_EQ(RunJobs(jobs, opt, nullptr).code(), StatusCode::kInvalidArgument);  // no command
+  jobs[0].argv = {"/bin/true"};
+  jobs[0].gpus = 4;
+  opt.slots = 2;
+  EXPECT_EQ(RunJobs(jobs, opt, nullptr).code(), StatusCode::kInvalidArgument);  // cannot fit
+}
+
+TEST(SchedRun, JobThatFailsIsNotRestarted) {
+  TempDir dir;
+  std::vector<RunJobSpec> jobs(2);
+  jobs[0].id = "ok";
+  jobs[0].argv = {"/bin/true"};
+  jobs[1].id = "bad";
+  jobs[1].argv = {"/bin/false"};
+  RunOptions opt;
+  opt.work_dir = dir.path();
+  opt.slots = 1;
+  opt.timeout_s = 20;
+  std::vector<RunEvent> ev;
+  ASSERT_TRUE(RunJobs(jobs, opt, &ev).ok());
+  EXPECT_GE(IndexOf(ev, "done", "ok"), 0);
+  EXPECT_GE(IndexOf(ev, "failed", "bad"), 0);
+  EXPECT_EQ(IndexOf(ev, "start", "bad", 1), -1);
+}
+
+}  // namespace
+}  // namespace preempt::sched

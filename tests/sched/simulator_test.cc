@@ -1,0 +1,233 @@
+// Simulator invariants (capacity, work conservation), determinism per seed, the lost-work model,
+// trace formats, and the anti-thrashing rules.
+#include "preempt/sched/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include "support/test_util.h"
+
+namespace preempt::sched {
+namespace {
+
+using preempt::testing::TempDir;
+using preempt::testing::WriteFileOrDie;
+
+SyntheticOptions Small(uint64_t seed) {
+  SyntheticOptions o;
+  o.seed = seed;
+  o.jobs = 300;
+  o.nodes = 4;
+  o.gpus_per_node = 8;
+  o.load = 1.3;
+  return o;
+}
+
+TEST(Simulator, InvariantsHoldForEveryPolicyAndSeed) {
+  for (uint64_t seed : {1, 2, 3}) {
+    Trace t = SyntheticTrace(Small(seed));
+    for (const char* name : {"fcfs", "k8s", "hint-norules", "hint"}) {
+      PolicyConfig p;
+      ASSERT_TRUE(PolicyByName(name, &p));
+      SimResult r;
+      ASSERT_TRUE(Simulate(t, p, SimOptions(), &r).ok());
+      const SimMetrics& m = r.metrics;
+      EXPECT_TRUE(r.violations.empty()) << name << " seed " << seed << ": " << r.violations[0];
+      EXPECT_EQ(m.capacity_violations, 0) << name;
+      EXPECT_EQ(m.completed, m.jobs) << name << " seed " << seed;  // everything finishes
+      EXPECT_LT(m.work_conservation_error_s, 1e-3 * m.jobs) << name;
+      EXPECT_GT(m.utilization, 0.0);
+      EXPECT_LE(m.utilization, 1.0 + 1e-9) << name;
+      for (size_t i = 0; i < t.jobs.size(); ++i) {
+        ASSERT_GE(r.first_start[i], t.jobs[i].submit) << name;
+        // A job needs at least its duration from first start to finish.
+        ASSERT_GE(r.finish[i] - r.first_start[i], t.jobs[i].duration_s - 1e-6) << name << " " << t.jobs[i].id;
+      }
+      if (std::string(name) == "fcfs") {
+        EXPECT_EQ(m.preemptions, 0);
+        EXPECT_EQ(m.lost_gpu_hours, 0);
+      }
+    }
+  }
+}
+
+TEST(Simulator, DeterministicPerSeed) {
+  Trace a = SyntheticTrace(Small(7)), b = SyntheticTrace(Small(7)), c = SyntheticTrace(Small(8));
+  ASSERT_EQ(a.jobs.size(), b.jobs.size());
+  for (size_t i = 0; i < a.jobs.size(); ++i) {
+    EXPECT_EQ(a.jobs[i].submit, b.jobs[i].submit);
+    EXPECT_EQ(a.jobs[i].gpus, b.jobs[i].gpus);
+    EXPECT_EQ(a.jobs[i].duration_s, b.jobs[i].duration_s);
+  }
+  bool differs = false;
+  for (size_t i = 0; i < a.jobs.size(); ++i) differs |= a.jobs[i].submit != c.jobs[i].submit;
+  EXPECT_TRUE(differs);
+  SimResult r1, r2;
+  ASSERT_TRUE(Simulate(a, PolicyConfig(), SimOptions(), &r1).ok());
+  ASSERT_TRUE(Simulate(b, PolicyConfig(), SimOptions(), &r2).ok());
+  EXPECT_EQ(MetricsCsvRow("t", r1.metrics).substr(0, 80), MetricsCsvRow("t", r2.metrics).substr(0, 80));
+  EXPECT_EQ(r1.finish, r2.finish);
+  EXPECT_EQ(r1.metrics.preemptions, r2.metrics.preemptions);
+}
+
+// One low job, one high arrival on a 1-GPU cluster: exact lost work per policy.
+TEST(Simulator, LostWorkModel) {
+  Trace t;
+  t.name = "two";
+  t.nodes = {{"n", 1}};
+  TraceJob low;
+  low.id = "low";
+  low.cls = PriorityClass::kLow;
+  low.duration_s = 10000;
+  low.ckpt_interval_s = 1000;
+  low.ckpt_drain_s = 1;
+  low.ckpt_stall_s = 1;
+  low.ckpt_persist_s = 8;
+  low.restore_s = 30;
+  TraceJob high = low;
+  high.id = "high";
+  high.cls = PriorityClass::kHigh;
+  high.submit = 2500;  // low has committed 1000 and 2000 (durable at 1008, 2008)
+  high.duration_s = 100;
+  t.jobs = {low, high};
+  SimOptions o;
+  o.eviction_latency_s = 0;
+
+  SimResult k8s;
+  ASSERT_TRUE(Simulate(t, KubernetesPolicy(), o, &k8s).ok());
+  EXPECT_EQ(k8s.metrics.preemptions, 1);
+  // Loses 500 s since the 2000 commit, plus the 30 s restore.
+  EXPECT_NEAR(k8s.metrics.lost_gpu_hours * 3600, 530, 1e-6);
+  EXPECT_NEAR(k8s.first_start[1], 2500, 1e-6);
+  EXPECT_NEAR(k8s.finish[0], 10000 + 530 + 100, 1e-6);
+
+  SimResult hint;
+  ASSERT_TRUE(Simulate(t, HintAwareNoRulesPolicy(), o, &hint).ok());
+  EXPECT_EQ(hint.metrics.preemptions, 1);
+  EXPECT_EQ(hint.metrics.checkpoint_requests, 1);
+  // Checkpoint first: snapshot at 2502, durable at 2510; loses the 8 s of persist and the restore.
+  EXPECT_NEAR(hint.metrics.lost_gpu_hours * 3600, 38, 1e-6);
+  EXPECT_NEAR(hint.first_start[1], 2510, 1e-6);
+  EXPECT_TRUE(hint.violations.empty()) << hint.violations[0];
+}
+
+TEST(Simulator, AntiThrashingRulesGiveZeroThrashCycles) {
+  SyntheticOptions o = Small(11);
+  o.jobs = 600;
+  o.load = 1.6;
+  o.frac_high = 0.35;
+  Trace t = SyntheticTrace(o);
+  SimOptions so;
+  so.thrash_window_s = 600;
+  SimResult with, without;
+  PolicyConfig rules;  // defaults: cooldown 300 + min run time 300 ≥ thrash window
+  ASSERT_TRUE(Simulate(t, rules, so, &with).ok());
+  ASSERT_TRUE(Simulate(t, HintAwareNoRulesPolicy(), so, &without).ok());
+  EXPECT_EQ(with.metrics.thrash_cycles, 0);
+  EXPECT_GT(without.metrics.thrash_cycles, 0) << "the workload should provoke thrashing without the rules";
+  EXPECT_GT(with.metrics.preemptions, 0);
+}
+
+TEST(Simulator, HorizonStopsEarly) {
+  Trace t = SyntheticTrace(Small(3));
+  SimOptions o;
+  o.horizon_s = 3600;
+  SimResult r;
+  ASSERT_TRUE(Simulate(t, PolicyConfig(), o, &r).ok());
+  EXPECT_LT(r.metrics.completed, r.metrics.jobs);
+  EXPECT_EQ(r.metrics.capacity_violations, 0);
+}
+
+TEST(Simulator, JobLargerThanAnyNodeIsReportedAndSkipped) {
+  Trace t;
+  t.nodes = {{"n", 2}};
+  TraceJob j;
+  j.id = "huge";
+  j.gpus = 4;
+  t.jobs = {j};
+  SimResult r;
+  ASSERT_TRUE(Simulate(t, PolicyConfig(), SimOptions(), &r).ok());
+  ASSERT_EQ(r.violations.size(), 1u);
+  EXPECT_NE(r.violations[0].find("huge"), std::string::npos);
+  Trace empty;
+  EXPECT_EQ(Simulate(empty, PolicyConfig(), SimOptions(), &r).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TraceCsv, RoundTripAndErrors) {
+  TempDir dir;
+  Trace t = SyntheticTrace(Small(5));
+  ASSERT_TRUE(WriteTraceCsv(dir / "t.csv", t).ok());
+  Trace back;
+  ASSERT_TRUE(LoadTraceCsv(dir / "t.csv", &back).ok());
+  ASSERT_EQ(back.jobs.size(), t.jobs.size());
+  EXPECT_EQ(back.jobs[17].id, t.jobs[17].id);
+  EXPECT_EQ(back.jobs[17].cls, t.jobs[17].cls);
+  EXPECT_NEAR(back.jobs[17].ckpt_persist_s, t.jobs[17].ckpt_persist_s, 1e-3);
+
+  struct Case {
+    std::string body;
+    std::string needle;
+  };
+  const std::string head =
+      "id,submit_s,class,queue,gpus,duration_s,ckpt_interval_s,ckpt_drain_s,ckpt_stall_s,ckpt_persist_s,restore_s\n";
+  const Case bad[] = {
+      {"", "empty"},
+      {"x,y\n", "expected header"},
+      {head + "a,0,low,q,1,100,600,0,0,1\n", "line 2: expected 11 fields"},
+      {head + "# comment\na,0,urgent,q,1,100,600,0,0,1,5\n", "line 3: field 'class'"},
+      {head + "a,0,low,q,0,100,600,0,0,1,5\n", "field 'gpus'"},
+      {head + "a,-5,low,q,1,100,600,0,0,1,5\n", "field 'submit_s'"},
+  };
+  for (const auto& c : bad) {
+    WriteFileOrDie(dir / "bad.csv", c.body);
+    Status s = LoadTraceCsv(dir / "bad.csv", &back);
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << c.body;
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.ToString();
+  }
+  EXPECT_EQ(LoadTraceCsv(dir / "absent.csv", &back).code(), StatusCode::kNotFound);
+}
+
+TEST(AlibabaTrace, MappingOnAFixture) {
+  TempDir dir;
+  WriteFileOrDie(dir / "pods.csv",
+                 "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+                 "scheduled_time\n"
+                 "p0,1000,4096,1,1000,,LS,Running,0,1000,0\n"
+                 "p1,1000,8192,2,1000,,BE,Running,10,500,20\n"
+                 "p2,1000,1024,1,500,,Burstable,Running,30,90,40\n"
+                 "p3,1000,1024,0,0,,BE,Running,40,90,40\n"      // no GPU: skipped
+                 "p4,1000,1024,1,1000,,BE,Pending,50,90,\n"     // never scheduled: skipped
+                 "p5,1000,1024,8,1000,,Guaranteed,Running,60,900,70\n");
+  AlibabaOptions o;
+  o.dir = dir.path();
+  Trace t;
+  ASSERT_TRUE(LoadAlibabaTrace(o, &t).ok());
+  ASSERT_EQ(t.jobs.size(), 4u);
+  EXPECT_EQ(t.jobs[0].cls, PriorityClass::kHigh);
+  EXPECT_EQ(t.jobs[1].cls, PriorityClass::kLow);
+  EXPECT_EQ(t.jobs[1].gpus, 2);
+  EXPECT_EQ(t.jobs[1].duration_s, 480);  // deletion - scheduled
+  EXPECT_EQ(t.jobs[1].submit, 10);       // creation
+  EXPECT_EQ(t.jobs[2].cls, PriorityClass::kMedium);
+  EXPECT_EQ(t.jobs[2].gpus, 1);          // a shared GPU counts as one
+  EXPECT_EQ(t.jobs[3].cls, PriorityClass::kHigh);
+  EXPECT_NEAR(t.jobs[1].ckpt_persist_s, 0.5 + 8192.0 * 1048576 / 2e9, 1e-9);
+  // Peak whole-GPU demand is 11 (p0 + p1 + p5 at t=70..500); overload 1.5 → 8 GPUs → one node.
+  EXPECT_EQ(t.nodes.size(), 1u);
+  o.gpus = 20;
+  ASSERT_TRUE(LoadAlibabaTrace(o, &t).ok());
+  EXPECT_EQ(t.nodes.size(), 3u);
+  o.dir = dir / "absent";
+  EXPECT_EQ(LoadAlibabaTrace(o, &t).code(), StatusCode::kNotFound);
+}
+
+TEST(Metrics, CsvAndTable) {
+  SimMetrics m;
+  m.policy = "hint";
+  std::string header = MetricsCsvHeader();
+  std::string row = MetricsCsvRow("syn", m);
+  EXPECT_EQ(std::count(header.begin(), header.end(), ','), std::count(row.begin(), row.end(), ','));
+  EXPECT_NE(MetricsTable("syn", {m}).find("hint"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace preempt::sched
