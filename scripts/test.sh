@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs every test:
+#   1. release build, all tests (core, torch, runtime, scheduler, Python)
+#   2. ASan+UBSan build of the torch-free parts, their tests
+#   3. TSan build of the torch-free parts, the threaded tests
+#   4. libFuzzer on the manifest/COMMIT parsers for a fixed time
+# Environment: JOBS (default: nproc), FUZZ_SECONDS (default 30), SKIP_SANITIZERS=1, SKIP_FUZZ=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+t_start=$(date +%s)
+stage() { echo; echo "=== [test] $* ($(( $(date +%s) - t_start )) s elapsed)"; }
+
+stage "dependencies"
+./scripts/install-deps.sh
+
+stage "release build"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$JOBS"
+stage "release tests"
+ctest --test-dir build --output-on-failure -j"$JOBS" --timeout 600
+
+if [ -z "${SKIP_SANITIZERS:-}" ]; then
+  stage "ASan+UBSan build (torch-free parts)"
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPREEMPT_SANITIZE=address,undefined \
+        -DPREEMPT_WITH_TORCH=OFF -DPREEMPT_BUILD_BENCHMARKS=OFF >/dev/null
+  cmake --build build-asan -j"$JOBS"
+  stage "ASan+UBSan tests"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -j"$JOBS" -L core --timeout 600
+
+  stage "TSan build (torch-free parts)"
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPREEMPT_SANITIZE=thread \
+        -DPREEMPT_WITH_TORCH=OFF -DPREEMPT_BUILD_BENCHMARKS=OFF >/dev/null
+  cmake --build build-tsan -j"$JOBS"
+  stage "TSan tests"
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    ctest --test-dir build-tsan --output-on-failure -j"$JOBS" -L core -LE slow --timeout 600
+fi
+
+if [ -z "${SKIP_FUZZ:-}" ]; then
+  stage "libFuzzer: manifest and COMMIT parsers, ${FUZZ_SECONDS} s"
+  cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPREEMPT_FUZZ=ON -DPREEMPT_SANITIZE=address,undefined \
+        -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DPREEMPT_WITH_TORCH=OFF \
+        -DPREEMPT_BUILD_TESTS=OFF -DPREEMPT_BUILD_BENCHMARKS=OFF >/dev/null
+  cmake --build build-fuzz -j"$JOBS" --target fuzz_manifest
+  corpus=$(mktemp -d)
+  cp tests/fuzz/corpus/* "$corpus"/
+  (cd build-fuzz && ./tests/fuzz/fuzz_manifest -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=1024 \
+      -max_len=65536 -print_final_stats=1 "$corpus" 2>&1 | tail -n 4)
+  rm -rf "$corpus"
+fi
+
+stage "all tests passed"
