@@ -28,7 +28,7 @@ if [ -z "${SKIP_SANITIZERS:-}" ]; then
   cmake --build build-asan -j"$JOBS"
   stage "ASan+UBSan tests"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-asan --output-on-failure -j"$JOBS" -L core --timeout 600
+    ctest --test-dir build-asan --output-on-failure -j"$JOBS" -L core -LE slow --timeout 600
 
   stage "TSan build (torch-free parts)"
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPREEMPT_SANITIZE=thread \
