@@ -226,7 +226,12 @@ void Store::Impl::execute(SaveJob* job) {
   const std::string tmp_dir = JoinPath(o_.root, StepDirName(step) + ".tmp");
   const std::string final_dir = JoinPath(o_.root, StepDirName(step));
 
-  Status s = fs_->mkdirs(o_.root);
+  Status s;
+  if (!fs_->is_dir(o_.root)) {
+    // A new root must itself survive a power loss, or every checkpoint in it would vanish.
+    s = fs_->mkdirs(o_.root);
+    if (s.ok()) s = fs_->sync_dir(DirName(o_.root));
+  }
   if (s.ok() && o_.rank == 0) s = cleanup_tmp(step);
   if (s.ok()) s = fs_->mkdir(tmp_dir);
   if (s.ok()) s = write_rank_files(job, tmp_dir, &stats);

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "preempt/fs.h"
 
@@ -31,23 +34,42 @@ class FaultInjectingFileSystem : public FileSystem {
   // apply to what goes through write_at: manifests, COMMIT, the posix backend).
   bool native_fds = false;
 
+  // Power-loss model. Every mutating operation counts one "op"; after `fail_after_ops` ops every
+  // further mutating call fails with EIO (the machine is "off"). SimulatePowerLoss() then undoes
+  // what was never made durable: files written since their last (data)sync lose their content
+  // (truncated to 0 — conservative), and creates/renames not followed by a sync_dir of their parent
+  // directory are reverted, newest first.
+  std::atomic<int64_t> fail_after_ops{-1};
+  std::atomic<int64_t> ops{0};
+  void SimulatePowerLoss();
+
   std::atomic<int64_t> writes{0};
   std::atomic<int64_t> bytes_written{0};
 
   Status open(const std::string& path, const OpenOptions& opts, std::unique_ptr<File>* out) override;
-  Status mkdir(const std::string& p) override { return base_->mkdir(p); }
-  Status rename(const std::string& a, const std::string& b) override { return base_->rename(a, b); }
-  Status remove_file(const std::string& p) override { return base_->remove_file(p); }
-  Status remove_tree(const std::string& p) override { return base_->remove_tree(p); }
+  Status mkdir(const std::string& p) override;
+  Status rename(const std::string& a, const std::string& b) override;
+  Status remove_file(const std::string& p) override;
+  Status remove_tree(const std::string& p) override;
   Status list_dir(const std::string& p, std::vector<std::string>* n) override { return base_->list_dir(p, n); }
-  Status sync_dir(const std::string& p) override { return base_->sync_dir(p); }
+  Status sync_dir(const std::string& p) override;
   bool exists(const std::string& p) override { return base_->exists(p); }
   bool is_dir(const std::string& p) override { return base_->is_dir(p); }
   Status file_size(const std::string& p, uint64_t* s) override { return base_->file_size(p, s); }
 
  private:
   friend class FaultFile;
+  // Counts a mutating op; false once the machine is "off".
+  bool Op();
+  void NoteDirOp(const std::string& kind, const std::string& a, const std::string& b);
+  void NoteFile(const std::string& path, bool dirty);
   FileSystem* base_;
+  std::mutex mu_;
+  struct DirOp {
+    std::string kind, a, b;  // "create" a | "mkdir" a | "rename" a -> b
+  };
+  std::vector<DirOp> pending_dir_ops_;
+  std::map<std::string, bool> dirty_files_;
 };
 
 }  // namespace preempt::testing
