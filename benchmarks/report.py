@@ -98,18 +98,25 @@ def merge(args):
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     r.update(machine_info(args.dir or tmp, repo))
 
-    fw, fr = load(os.path.join(tmp, "fio_write.json")), load(os.path.join(tmp, "fio_read.json"))
-    if fw and fr:
-        jw, jr = fw["jobs"][0], fr["jobs"][0]
+    # fio ran before and after bench_store; the reference bandwidth is the mean of the runs found.
+    runs = {}
+    for tag in ("before", "after"):
+        fw, fr = load(os.path.join(tmp, f"fio_write_{tag}.json")), load(os.path.join(tmp, f"fio_read_{tag}.json"))
+        if fw and fr:
+            runs[tag] = (fw, fr)
+            r[f"fio.write_gbps_{tag}"] = fw["jobs"][0]["write"]["bw_bytes"] / 1e9
+            r[f"fio.read_gbps_{tag}"] = fr["jobs"][0]["read"]["bw_bytes"] / 1e9
+    if runs:
+        fw, fr = next(iter(runs.values()))
+        jw = fw["jobs"][0]
         opts = jw.get("job options", {})
         r["fio.version"] = fw.get("fio version")
         r["fio.size_bytes"] = jw["write"]["io_bytes"]
         r["fio.bs"] = opts.get("bs")
         r["fio.iodepth"] = int(opts.get("iodepth", 0) or 0)
-        r["fio.write_gbps"] = jw["write"]["bw_bytes"] / 1e9
-        r["fio.read_gbps"] = jr["read"]["bw_bytes"] / 1e9
-        r["fio.write_runtime_s"] = jw["write"]["runtime"] / 1e3
-        r["fio.read_runtime_s"] = jr["read"]["runtime"] / 1e3
+        r["fio.runs"] = list(runs)
+        r["fio.write_gbps"] = sum(r[f"fio.write_gbps_{t}"] for t in runs) / len(runs)
+        r["fio.read_gbps"] = sum(r[f"fio.read_gbps_{t}"] for t in runs) / len(runs)
         try:
             with open(os.path.join(tmp, "fio_cache")) as f:
                 r["fio.read_cache"] = f.read().strip()
@@ -196,13 +203,17 @@ def show(r, out_path=None):
         print(f"  {title:<26}" + "".join(f"{fmt(r.get(key.format(L)), 2):>10}" for L in labels))
     size = r.get("fio.size_bytes")
     size_txt = f"{size / 2**20:.0f} MiB" if size else "?"
-    print(f"  {'fio write (' + size_txt + ')':<26}{fmt(r.get('fio.write_gbps'), 2):>10}   O_DIRECT io_uring bs "
+    print(f"  {'fio write (' + size_txt + ')':<26}{fmt(r.get('fio.write_gbps'), 2):>10}   mean of before "
+          f"{fmt(r.get('fio.write_gbps_before'), 2)} / after {fmt(r.get('fio.write_gbps_after'), 2)}; O_DIRECT io_uring bs "
           f"{r.get('fio.bs')} iodepth {r.get('fio.iodepth')} end_fsync=1")
-    print(f"  {'fio read (' + size_txt + ')':<26}{fmt(r.get('fio.read_gbps'), 2):>10}   ({r.get('fio.read_cache', '?')} cache)")
+    print(f"  {'fio read (' + size_txt + ')':<26}{fmt(r.get('fio.read_gbps'), 2):>10}   mean of before "
+          f"{fmt(r.get('fio.read_gbps_before'), 2)} / after {fmt(r.get('fio.read_gbps_after'), 2)} "
+          f"({r.get('fio.read_cache', '?')} cache)")
     for L in labels:
         print(f"  store {L}: {fmt(r.get('store.tensors_' + L), 0)} tensors; save = write {fmt(r.get('store.save_write_s_' + L))} s"
               f" + sync {fmt(r.get('store.save_sync_s_' + L))} s + commit {fmt(r.get('store.save_commit_s_' + L))} s"
-              f" ({r.get('store.save_backend_' + L)}); one-time engine setup {fmt(r.get('store.setup_s_' + L))} s")
+              f", cpu {fmt(r.get('store.save_cpu_s_' + L))} s ({r.get('store.save_backend_' + L)});"
+              f" restore cpu {fmt(r.get('store.restore_cpu_s_' + L))} s; first save's engine setup {fmt(r.get('store.setup_s_' + L))} s")
     print()
     print(f"  {'target':<44}{'measured':>10}  {'needs':<8}result")
     for t in r.get("targets", []):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # benchmarks/run.sh — the one benchmark command. In one run, on one directory (one disk):
 #   1. fio: O_DIRECT io_uring sequential write (end_fsync=1) and read, bs = chunk size (4 MiB),
-#      iodepth 8, size = the largest store size — the disk's bandwidth the store is held to;
+#      iodepth 8, size = the largest store size — the disk's bandwidth the store is held to
+#      (run right before and right after bench_store; the mean of the two is the reference);
 #   2. bench_store: preempt::Store save (submit → durable COMMIT) and cold restore, plus a memcpy
 #      of the same bytes, for each size;
 #   3. torch_baseline.py: torch.save+fsync / torch.load of the same tensor mix (/usr/bin/python3);
@@ -72,15 +73,26 @@ store_sizes=(--sizes "$sizes")
 if [[ $quick == 1 ]]; then
   quick_flag=(--quick)
   store_sizes=()
+  cold_mode=evict
   fio_mib=64
 else
   # fio size = the largest store size (GiB, may be fractional), in MiB.
   fio_mib="$("$py" -c "import sys; print(max(int(round(float(x) * 1024)) for x in sys.argv[1].split(',')))" "$sizes")"
 fi
 
-drop_caches() {
+# Cold reads: "drop" = sync + drop_caches (root; the whole machine's cache), "evict" = only the
+# files about to be read (posix_fadvise DONTNEED; no privilege, spares a shared machine's cache).
+# Full runs drop (falling back to evict when refused); --quick evicts (dropping would make the
+# following python/torch start-up read its libraries from disk again: ~15 s here).
+cold_mode=drop
+drop_caches() {  # prints how cold the next read is; $1: the file about to be read
   sync
-  if echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then echo cold; else echo warm; fi
+  if [[ $cold_mode == drop ]] && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then echo "cold (drop_caches)"; return; fi
+  if "$py" -c "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fdatasync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)" "$1" 2>/dev/null; then
+    echo "cold (file evicted)"
+  else
+    echo warm
+  fi
 }
 
 t_start=$(date +%s)
@@ -90,37 +102,50 @@ echo "== preempt benchmarks: dir=$bench_dir build=$build_dir $([[ $quick == 1 ]]
 fio_file="$bench_dir/fio-seq.dat"
 fio_common=(--name=seq --filename="$fio_file" --size="${fio_mib}M" --bs="${chunk_mib}M" --iodepth="$depth"
             --direct=1 --ioengine=io_uring --numjobs=1 --group_reporting --output-format=json)
-rm -f "$fio_file"
-sync
-echo "-- fio write ${fio_mib} MiB (O_DIRECT, io_uring, bs ${chunk_mib} MiB, iodepth $depth, end_fsync=1)"
-fio "${fio_common[@]}" --rw=write --end_fsync=1 > "$tmp/fio_write.json" 2> "$tmp/fio_write.err" || {
-  echo "run.sh: fio write failed:" >&2; cat "$tmp/fio_write.err" >&2; exit 1; }
-fio_cache="$(drop_caches)"
-echo "-- fio read ${fio_mib} MiB ($fio_cache cache)"
-fio "${fio_common[@]}" --rw=read > "$tmp/fio_read.json" 2> "$tmp/fio_read.err" || {
-  echo "run.sh: fio read failed:" >&2; cat "$tmp/fio_read.err" >&2; exit 1; }
-rm -f "$fio_file"
-echo "$fio_cache" > "$tmp/fio_cache"
-read -r fio_w fio_r < <("$py" - "$tmp" <<'EOF'
+# run_fio <tag>: sequential write (new file, end_fsync=1) then cold read; leaves fio_<rw>_<tag>.json.
+run_fio() {
+  rm -f "$fio_file"
+  sync
+  fio "${fio_common[@]}" --rw=write --end_fsync=1 > "$tmp/fio_write_$1.json" 2> "$tmp/fio_write_$1.err" || {
+    echo "run.sh: fio write failed:" >&2; cat "$tmp/fio_write_$1.err" >&2; exit 1; }
+  drop_caches "$fio_file" > "$tmp/fio_cache"
+  fio "${fio_common[@]}" --rw=read > "$tmp/fio_read_$1.json" 2> "$tmp/fio_read_$1.err" || {
+    echo "run.sh: fio read failed:" >&2; cat "$tmp/fio_read_$1.err" >&2; exit 1; }
+  rm -f "$fio_file"
+  "$py" - "$tmp" "$1" <<'EOF'
 import json, sys
-t = sys.argv[1]
-w = json.load(open(t + "/fio_write.json"))["jobs"][0]["write"]["bw_bytes"] / 1e9
-r = json.load(open(t + "/fio_read.json"))["jobs"][0]["read"]["bw_bytes"] / 1e9
-print(f"{w:.4f} {r:.4f}")
+t, tag = sys.argv[1], sys.argv[2]
+w = json.load(open(f"{t}/fio_write_{tag}.json"))["jobs"][0]["write"]["bw_bytes"] / 1e9
+r = json.load(open(f"{t}/fio_read_{tag}.json"))["jobs"][0]["read"]["bw_bytes"] / 1e9
+print(f"   fio ({tag}): write {w:.3f} GB/s, read {r:.3f} GB/s ({open(t + '/fio_cache').read().strip()} cache)")
 EOF
-)
-echo "   fio write $fio_w GB/s, read $fio_r GB/s"
+}
+# fio runs right before and right after bench_store (disk bandwidth drifts on shared/virtual
+# disks); the reference is the mean of the two, both are kept in the JSON.
+echo "-- fio ${fio_mib} MiB (O_DIRECT, io_uring, bs ${chunk_mib} MiB, iodepth $depth; write with end_fsync=1) [+$(( $(date +%s) - t_start ))s]"
+run_fio before
 
 # ---- 2. bench_store -------------------------------------------------------------------------
-echo "-- bench_store"
+echo "-- bench_store [+$(( $(date +%s) - t_start ))s]"
 "$bench_store" "${store_sizes[@]}" "${quick_flag[@]}" --dir "$bench_dir" --backend "$backend" \
-  --chunk-mib "$chunk_mib" --depth "$depth" --json "$tmp/store.json" --mix-out "$tmp/mix.json"
+  --chunk-mib "$chunk_mib" --depth "$depth" --cold "$cold_mode" --json "$tmp/store.json" --mix-out "$tmp/mix.json"
+
+run_fio after
+read -r fio_w fio_r < <("$py" - "$tmp" <<'EOF'
+import json
+import sys
+t = sys.argv[1]
+def bw(rw, tag):
+    return json.load(open(f"{t}/fio_{rw}_{tag}.json"))["jobs"][0][rw]["bw_bytes"] / 1e9
+print(f"{(bw('write', 'before') + bw('write', 'after')) / 2:.4f} {(bw('read', 'before') + bw('read', 'after')) / 2:.4f}")
+EOF
+)
 
 # ---- 3. torch baseline ----------------------------------------------------------------------
 if [[ $run_torch == 1 ]]; then
   if "$py" -c "import torch" 2>/dev/null; then
-    echo "-- torch baseline ($py)"
-    "$py" "$here/torch_baseline.py" --mix "$tmp/mix.json" --dir "$bench_dir" --json "$tmp/torch_baseline.json" ||
+    echo "-- torch baseline ($py) [+$(( $(date +%s) - t_start ))s]"
+    "$py" "$here/torch_baseline.py" --mix "$tmp/mix.json" --dir "$bench_dir" --cold "$cold_mode" --json "$tmp/torch_baseline.json" ||
       echo "run.sh: torch baseline failed (recorded as missing)" >&2
   else
     echo "-- torch baseline skipped: $py cannot import torch" >&2
@@ -138,7 +163,7 @@ if [[ $run_sub == 1 ]]; then
     name="$(basename "$prog")"; name="${name%.py}"
     [[ "$name" == bench_store || "$name" == *.* ]] && continue
     [[ -e "$tmp/sub-$name.json" ]] && continue  # a built program wins over a same-named script
-    echo "-- $name"
+    echo "-- $name [+$(( $(date +%s) - t_start ))s]"
     cmd=("$prog")
     [[ "$prog" == *.py ]] && cmd=("$py" "$prog")
     rc=0

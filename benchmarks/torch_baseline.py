@@ -6,7 +6,8 @@
 MIX.json comes from `bench_store --mix-out` ({"1gib": [nbytes, ...], ...}); every entry becomes a
 float32 tensor in one dict, so the byte volume and tensor count are exactly bench_store's.
   save : torch.save(dict, f) into an open file, f.flush(), os.fsync(f)  (the file is new)
-  load : torch.load(path) after dropping the page cache when the machine allows it
+  load : torch.load(path), cold: after drop_caches (--cold drop, root) or after evicting the file's
+         pages (--cold evict); "warm" when neither is allowed
 Bandwidth = payload bytes / seconds, GB/s with 1 GB = 1e9 bytes.
 Uses only torch and the standard library.
 """
@@ -17,14 +18,23 @@ import sys
 import time
 
 
-def drop_caches():
+def make_cold(mode, path):
+    """drop: sync + /proc/sys/vm/drop_caches (root). evict: only `path`'s pages (fadvise DONTNEED)."""
     os.sync()
     try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
+        if mode == "drop":
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3\n")
+        else:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
         return True
     except OSError as e:
-        print(f"torch_baseline: cannot drop the page cache ({e}); load figures are warm-cache", file=sys.stderr)
+        print(f"torch_baseline: cannot make the cache cold ({e}); load figures are warm-cache", file=sys.stderr)
         return False
 
 
@@ -34,6 +44,7 @@ def main():
     ap.add_argument("--dir", required=True)
     ap.add_argument("--json", required=True)
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--cold", choices=["drop", "evict"], default="drop")
     args = ap.parse_args()
 
     import torch  # imported late so --help works without torch
@@ -64,7 +75,7 @@ def main():
                 f.flush()
                 os.fsync(f.fileno())
             save_s.append(time.perf_counter() - t0)
-            cold = drop_caches() and cold
+            cold = make_cold(args.cold, path) and cold
             t0 = time.perf_counter()
             loaded = torch.load(path, map_location="cpu")
             load_s.append(time.perf_counter() - t0)
@@ -82,7 +93,7 @@ def main():
         print(f"torch {label:>7}: {len(sizes)} tensors, torch.save+fsync {total / sv / 1e9:.2f} GB/s, "
               f"torch.load {total / ld / 1e9:.2f} GB/s ({'cold' if cold else 'warm'} cache)", flush=True)
         del state
-    out["load_cache"] = "cold" if cold else "warm"
+    out["load_cache"] = ("cold (drop_caches)" if args.cold == "drop" else "cold (file evicted)") if cold else "warm"
     with open(args.json, "w") as f:
         json.dump(out, f, indent=2)
 

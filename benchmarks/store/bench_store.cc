@@ -8,14 +8,17 @@
 //   memcpy   : the same bytes copied item by item into pre-allocated, pre-faulted memory (best of 3)
 //   save     : Store::save_async → durable commit (SaveStats::total_s: data fsynced, manifest,
 //              COMMIT, rename, directory fsync), sources pre-allocated and pre-faulted
-//   restore  : Store::restore into pre-allocated targets, after dropping the page cache when the
-//              machine allows it ("cold"); otherwise reported as "warm"
+//   restore  : Store::restore into pre-allocated targets, cold: after drop_caches (--cold drop,
+//              root only) or after evicting the checkpoint's file pages (--cold evict); reported
+//              as "warm" when neither is allowed
 // Bandwidths are payload bytes / seconds in GB/s (1 GB = 1e9 bytes), like fio's bw_bytes.
 // The restored bytes are compared with the sources (outside the timed region).
 //
 // --mix-out writes the tensor sizes of each checkpoint as JSON ({"1gib": [nbytes, ...], ...}) so
 // benchmarks/torch_baseline.py saves exactly the same mix; --mix-only stops there.
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -92,32 +95,97 @@ std::vector<uint64_t> TensorMix(uint64_t total) {
   return sizes;
 }
 
-// Drops the page cache (root only). Returns false (and the reason) when the machine refuses.
-bool DropCaches(std::string* why) {
+// Makes the next read of `dir` cold. "drop": sync + /proc/sys/vm/drop_caches (root only; the
+// whole machine's page cache, dentries and inodes). "evict": only the pages of the files under
+// `dir` (posix_fadvise DONTNEED after fdatasync; needs no privilege and leaves the rest of a
+// shared machine's cache alone). Returns false (and why) when the machine refuses.
+bool MakeCold(const std::string& mode, const std::string& dir, std::string* why) {
   ::sync();
-  int fd = ::open("/proc/sys/vm/drop_caches", O_WRONLY);
-  if (fd < 0) {
-    *why = std::string("open /proc/sys/vm/drop_caches: ") + std::strerror(errno);
-    return false;
+  if (mode == "drop") {
+    int fd = ::open("/proc/sys/vm/drop_caches", O_WRONLY);
+    if (fd < 0) {
+      *why = std::string("open /proc/sys/vm/drop_caches: ") + std::strerror(errno);
+      return false;
+    }
+    const bool ok = ::write(fd, "3\n", 2) == 2;
+    if (!ok) *why = std::string("write /proc/sys/vm/drop_caches: ") + std::strerror(errno);
+    ::close(fd);
+    return ok;
   }
-  const bool ok = ::write(fd, "3\n", 2) == 2;
-  if (!ok) *why = std::string("write /proc/sys/vm/drop_caches: ") + std::strerror(errno);
-  ::close(fd);
-  return ok;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    int fd = ::open(it->path().c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    ::fdatasync(fd);
+    const int rc = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+    if (rc != 0) {
+      *why = "posix_fadvise DONTNEED " + it->path().string() + ": " + std::strerror(rc);
+      return false;
+    }
+  }
+  return true;
 }
 
-// Fills `n` bytes with a cheap non-constant pattern (so nothing is special-cased as zeros).
+// Fills `n` bytes with non-constant data (so nothing is special-cased as zeros): one 64 KiB
+// xorshift block, copied, each 64 KiB stamped with its own position and seed. Fast to generate.
 void Fill(uint8_t* p, size_t n, uint64_t seed) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(p + i, &x, 8);
+  static std::vector<uint8_t> block = [] {
+    std::vector<uint8_t> b(64 << 10);
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i + 8 <= b.size(); i += 8) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      std::memcpy(&b[i], &x, 8);
+    }
+    return b;
+  }();
+  for (size_t off = 0; off < n; off += block.size()) {
+    const size_t len = std::min(block.size(), n - off);
+    std::memcpy(p + off, block.data(), len);
+    const uint64_t stamp = seed * 0x100000001B3ull ^ off;
+    std::memcpy(p + off, &stamp, std::min<size_t>(8, len));
   }
-  for (; i < n; ++i) p[i] = static_cast<uint8_t>(x >> (8 * (i % 8)));
 }
+
+// Process CPU seconds (user + system, every thread, io_uring's io-wq workers included).
+double CpuSeconds() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+// A pre-faulted, 4 KiB-aligned buffer of the benchmark's own (sources and restore targets).
+// Faulted in with MADV_POPULATE_WRITE where the kernel has it (5.14+): on some VMs a page fault
+// costs ~50 us, and touching GiBs page by page would dominate the benchmark's run time. Ordinary
+// 4 KiB pages (no huge pages), like tensors from a default allocator.
+class HostBuffer {
+ public:
+  explicit HostBuffer(size_t n) : n_(std::max<size_t>(n, 1)) {
+    const size_t cap = (n_ + 4095) / 4096 * 4096;
+    void* p = ::mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    p_ = static_cast<uint8_t*>(p);
+    cap_ = cap;
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+    if (::madvise(p_, cap_, MADV_POPULATE_WRITE) != 0) std::memset(p_, 0, cap_);
+  }
+  ~HostBuffer() {
+    if (p_) ::munmap(p_, cap_);
+  }
+  HostBuffer(HostBuffer&& o) noexcept : p_(o.p_), n_(o.n_), cap_(o.cap_) { o.p_ = nullptr; }
+  HostBuffer(const HostBuffer&) = delete;
+  uint8_t* data() { return p_; }
+
+ private:
+  uint8_t* p_ = nullptr;
+  size_t n_ = 0, cap_ = 0;
+};
 
 struct Options {
   std::vector<double> sizes_gib = {1, 4};
@@ -128,6 +196,7 @@ struct Options {
   bool quick = false;
   preempt::IoBackend backend = preempt::IoBackend::kAuto;
   std::string backend_name = "auto";
+  std::string cold = "drop";  // drop | evict (see MakeCold)
   size_t chunk_bytes = 4 * kMiB;
   int depth = 8;
   int reps = 1;
@@ -136,7 +205,7 @@ struct Options {
 void Usage() {
   std::fprintf(stderr,
                "usage: bench_store [--sizes 1,4] [--dir DIR] [--json PATH] [--quick] [--backend auto|uring|posix]\n"
-               "                   [--chunk-mib 4] [--depth 8] [--reps N] [--mix-out PATH] [--mix-only]\n");
+               "                   [--chunk-mib 4] [--depth 8] [--reps N] [--cold drop|evict] [--mix-out PATH] [--mix-only]\n");
 }
 
 Options Parse(int argc, char** argv) {
@@ -178,6 +247,9 @@ Options Parse(int argc, char** argv) {
       else if (o.backend_name == "posix") o.backend = preempt::IoBackend::kPosix;
       else if (o.backend_name == "auto") o.backend = preempt::IoBackend::kAuto;
       else Die("bad --backend '" + o.backend_name + "' (auto|uring|posix)");
+    } else if (a == "--cold") {
+      o.cold = next();
+      if (o.cold != "drop" && o.cold != "evict") Die("bad --cold '" + o.cold + "' (drop|evict)");
     } else if (a == "--chunk-mib") {
       o.chunk_bytes = static_cast<size_t>(std::atof(next().c_str()) * kMiB) / 4096 * 4096;
     } else if (a == "--depth") {
@@ -277,12 +349,12 @@ int main(int argc, char** argv) {
     const std::vector<uint64_t> mix = TensorMix(total);
 
     // Sources and restore targets: pre-allocated, pre-faulted, outside every timed region.
-    std::vector<preempt::AlignedBuffer> src, dst;
+    std::vector<HostBuffer> src, dst;
     src.reserve(mix.size());
     dst.reserve(mix.size());
     for (size_t i = 0; i < mix.size(); ++i) {
-      src.emplace_back(mix[i], true);
-      dst.emplace_back(mix[i], true);
+      src.emplace_back(mix[i]);
+      dst.emplace_back(mix[i]);
       Fill(src.back().data(), mix[i], i + 1);
     }
     auto name_of = [](size_t i) {
@@ -325,7 +397,7 @@ int main(int argc, char** argv) {
       setup_s = Since(t0);
       std::filesystem::remove_all(root + "/" + preempt::StepDirName(1), ec);
     }
-    std::vector<double> queued_s;
+    std::vector<double> queued_s, save_cpu_s, restore_cpu_s;
     for (int rep = 0; rep < opt.reps; ++rep) {
       if (rep > 0) std::filesystem::remove_all(root + "/" + preempt::StepDirName(100 + rep - 1), ec);
       ::sync();
@@ -340,10 +412,12 @@ int main(int argc, char** argv) {
         it.nbytes = mix[i];
         req.items.push_back(std::move(it));
       }
+      const double cpu0 = CpuSeconds();
       auto t0 = Clock::now();
       auto h = store.save_async(std::move(req));
       Check(h->wait(), "save");
       const double wall = Since(t0);
+      save_cpu_s.push_back(CpuSeconds() - cpu0);
       const preempt::SaveStats st = h->stats();
       save_s.push_back(std::max(wall, st.total_s));
       save_write_s.push_back(st.write_s);
@@ -355,9 +429,9 @@ int main(int argc, char** argv) {
       // Cold restore into the pre-allocated targets (scrubbed first so a no-op cannot pass).
       for (size_t i = 0; i < mix.size(); ++i) std::memset(dst[i].data(), 0, mix[i]);
       std::string why;
-      if (!DropCaches(&why) && cache_state == "cold") {
+      if (!MakeCold(opt.cold, root, &why) && cache_state == "cold") {
         cache_state = "warm";
-        std::fprintf(stderr, "bench_store: cannot drop the page cache (%s); restore figures are warm-cache\n", why.c_str());
+        std::fprintf(stderr, "bench_store: cannot make the cache cold (%s); restore figures are warm-cache\n", why.c_str());
       }
       std::vector<preempt::RestoreTarget> targets;
       for (size_t i = 0; i < mix.size(); ++i) {
@@ -371,9 +445,11 @@ int main(int argc, char** argv) {
       }
       preempt::RestoreOptions ro;
       preempt::RestoreResult rr;
+      const double cpu1 = CpuSeconds();
       auto t1 = Clock::now();
       Check(store.restore(targets, ro, &rr), "restore");
       restore_s.push_back(Since(t1));
+      restore_cpu_s.push_back(CpuSeconds() - cpu1);
       restore_backend = rr.backend;
       for (size_t i = 0; i < mix.size(); ++i) {
         if (std::memcmp(dst[i].data(), src[i].data(), mix[i]) != 0) Die("restored bytes differ from the saved ones in " + name_of(i));
@@ -394,17 +470,20 @@ int main(int argc, char** argv) {
     out.num("save_commit_s_" + label, Median(save_commit_s));
     out.num("save_queued_s_" + label, Median(queued_s));
     out.num("setup_s_" + label, setup_s);
+    out.num("save_cpu_s_" + label, Median(save_cpu_s));
     out.num("restore_s_" + label, rs);
+    out.num("restore_cpu_s_" + label, Median(restore_cpu_s));
     out.num("restore_gbps_" + label, bytes / rs / 1e9);
     out.str("save_backend_" + label, backend);
     out.str("restore_backend_" + label, restore_backend);
-    std::printf("%-8s %6zu %10.2f %10.2f %10.2f   save: write %.3f s, sync %.3f s, commit %.3f s; %s; restore %s (%s cache)\n",
+    std::printf("%-8s %6zu %10.2f %10.2f %10.2f   save: write %.3f s, sync %.3f s, commit %.3f s, cpu %.3f s; %s; restore cpu %.3f s, %s (%s cache)\n",
                 label.c_str(), mix.size(), bytes / memcpy_s / 1e9, bytes / sv / 1e9, bytes / rs / 1e9, Median(save_write_s),
-                Median(save_sync_s), Median(save_commit_s), backend.c_str(), restore_backend.c_str(), cache_state.c_str());
+                Median(save_sync_s), Median(save_commit_s), Median(save_cpu_s), backend.c_str(), Median(restore_cpu_s),
+                restore_backend.c_str(), cache_state.c_str());
     std::fflush(stdout);
   }
   out.str("sizes", sizes_list);
-  out.str("restore_cache", cache_state);
+  out.str("restore_cache", cache_state == "cold" ? (opt.cold == "drop" ? "cold (drop_caches)" : "cold (files evicted)") : "warm");
 
   if (!opt.json.empty()) {
     std::ofstream f(opt.json);
