@@ -29,7 +29,8 @@ const char kUsage[] =
     "                     [--policy-json JSON] [--json]\n"
     "  preempt-sched run --spec FILE [--slots N] [--work-dir DIR] [--events FILE] [--timeout S]\n"
     "Policies: fcfs (no preemption), k8s (default kube-scheduler victim order, evict now),\n"
-    "hint-norules (hint-aware victims + checkpoint-then-evict, no rules), hint (everything on).\n";
+    "hint-norules (hint-aware victims + checkpoint-then-evict, no rules), hint (all rules on),\n"
+    "hint-refill (hint + keep the reserved headroom free by background checkpoint-then-evict).\n";
 
 struct Args {
   std::string cmd;

@@ -146,9 +146,9 @@ Status PolicyFromJson(const std::string& json, PolicyConfig* c) {
       else if (s == "k8s") c->kind = PolicyKind::kKubernetes;
       else if (s == "hint") c->kind = PolicyKind::kHintAware;
       else return bad("fcfs|k8s|hint");
-    } else if (k == "checkpoint_then_evict") {
+    } else if (k == "checkpoint_then_evict" || k == "refill_headroom") {
       if (!v.IsBool()) return bad("a boolean");
-      c->checkpoint_then_evict = v.GetBool();
+      (k == "checkpoint_then_evict" ? c->checkpoint_then_evict : c->refill_headroom) = v.GetBool();
     } else if (k == "budget_max_preemptions" || k == "max_preemptors_per_pass") {
       if (!v.IsInt()) return bad("an integer");
       (k == "budget_max_preemptions" ? c->budget_max_preemptions : c->max_preemptors_per_pass) = v.GetInt();

@@ -68,6 +68,7 @@ struct Choice {
   double lost_work_gpu_s = 0;  // hint-aware tie-break: raw uncommitted work
   int count = 0;
   double latest_start = -kInf;  // k8s: start time of the most recently started highest-priority victim
+  int low_taken = 0, freed_gpus = 0;  // for the cluster-wide checks (low share, headroom, budget)
 };
 
 bool BetterChoice(const Choice& a, const Choice& b, PolicyKind kind) {
@@ -155,6 +156,7 @@ PolicyConfig HintAwareNoRulesPolicy() {
   c.budget_max_preemptions = 0;
   c.budget_max_lost_gpu_hours = 0;
   c.reserved_headroom = 0;
+  c.refill_headroom = false;
   c.low_guaranteed_share = 0;
   return c;
 }
@@ -186,11 +188,13 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
   }
   int placed_by_class[kNumClasses] = {0, 0, 0};
   std::vector<std::vector<int>> running_on(n_nodes);
+  // Job index by id, only for jobs someone is waiting on (victims name their preemptor).
   std::unordered_map<std::string, int> index_of;
-  index_of.reserve(jobs.size());
+  bool any_leaving = false;
+  for (const Job& j : jobs) any_leaving |= j.phase == JobPhase::kCheckpointing || j.phase == JobPhase::kEvicting;
   for (int i = 0; i < static_cast<int>(jobs.size()); ++i) {
     const Job& j = jobs[i];
-    index_of.emplace(j.id, i);
+    if (any_leaving && j.phase == JobPhase::kPending) index_of.emplace(j.id, i);
     if (j.phase == JobPhase::kPending || j.node < 0 || j.node >= n_nodes) continue;
     free[j.node] -= j.gpus;
     placed_by_class[static_cast<int>(j.cls)] += j.gpus;
@@ -234,20 +238,35 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
   std::vector<int> pending;
   for (int i = 0; i < static_cast<int>(jobs.size()); ++i)
     if (jobs[i].phase == JobPhase::kPending) pending.push_back(i);
-  std::sort(pending.begin(), pending.end(), [&](int a, int b) {
-    const Job& x = jobs[a];
-    const Job& y = jobs[b];
-    if (cfg.kind != PolicyKind::kFcfs && x.cls != y.cls) return x.cls > y.cls;
-    if (x.submit_time != y.submit_time) return x.submit_time < y.submit_time;
-    return x.id < y.id;
-  });
+  {
+    struct Key {
+      int cls;
+      double submit;
+      int index;
+    };
+    std::vector<Key> keys;
+    keys.reserve(pending.size());
+    for (int i : pending)
+      keys.push_back({cfg.kind == PolicyKind::kFcfs ? 0 : static_cast<int>(jobs[i].cls), jobs[i].submit_time, i});
+    std::sort(keys.begin(), keys.end(), [&](const Key& x, const Key& y) {
+      if (x.cls != y.cls) return x.cls > y.cls;
+      if (x.submit != y.submit) return x.submit < y.submit;
+      return jobs[x.index].id < jobs[y.index].id;
+    });
+    for (size_t k = 0; k < keys.size(); ++k) pending[k] = keys[k].index;
+  }
 
   // Best-fit index: (free, node).
   std::set<std::pair<int, int>> by_free;
   for (int i = 0; i < n_nodes; ++i)
     if (free[i] > 0) by_free.emplace(free[i], i);
+  std::vector<int> node_version(n_nodes, 0);
+  int free_sum = 0;
+  for (int i = 0; i < n_nodes; ++i) free_sum += std::max(0, free[i]);
   auto set_free = [&](int node, int value) {
     if (free[node] > 0) by_free.erase({free[node], node});
+    free_sum += std::max(0, value) - std::max(0, free[node]);
+    node_version[node]++;
     free[node] = value;
     if (value > 0) by_free.emplace(value, node);
   };
@@ -268,6 +287,14 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
   // Whole GPUs: the reserve rounds down, so a one-slot machine reserves nothing.
   const double nonhigh_cap = hint ? total_gpus - std::floor(cfg.reserved_headroom * total_gpus) : kInf;
   const double low_share = hint ? std::floor(cfg.low_guaranteed_share * total_gpus) : 0;
+  const int reserve = hint ? static_cast<int>(std::floor(cfg.reserved_headroom * total_gpus)) : 0;
+  // GPUs of victims on their way out that nobody is waiting for (headroom refills): they count
+  // as free for the reserve, so the reserve is not refilled twice.
+  int leaving_unclaimed = 0;
+  for (const Job& j : jobs) {
+    if ((j.phase == JobPhase::kCheckpointing || j.phase == JobPhase::kEvicting) && j.preemptor.empty())
+      leaving_unclaimed += j.gpus;
+  }
   std::vector<char> chosen(jobs.size(), 0);
   int searches = 0;
   double min_runtime_release = kInf;   // earliest time a protected lower job becomes preemptible
@@ -286,6 +313,148 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     out.actions.push_back(std::move(a));
     set_free(node, free[node] - j.gpus);
     placed_by_class[static_cast<int>(j.cls)] += j.gpus;
+  };
+
+  // Per running job, computed once: uncommitted work and the cost of preempting it.
+  std::vector<double> lostw(jobs.size(), 0);
+  std::vector<VictimCost> vcost(jobs.size());
+  for (int node = 0; node < n_nodes; ++node) {
+    for (int vi : running_on[node]) {
+      lostw[vi] = EstimatedLostWork(jobs[vi], now, cfg);
+      if (cfg.kind != PolicyKind::kFcfs) vcost[vi] = CostOf(jobs[vi], now, cfg);
+    }
+  }
+  struct HeapItem {
+    int version;
+    Choice choice;
+  };
+  struct Heap {
+    bool built = false;
+    std::vector<HeapItem> items;
+  };
+  // std heaps put the largest first: "less" = worse choice.
+  auto heap_less = [&](const HeapItem& a, const HeapItem& b) { return BetterChoice(b.choice, a.choice, cfg.kind); };
+  std::vector<Heap> heaps(static_cast<size_t>(kNumClasses) * (max_node + 1));
+  int fail_gpus[kNumClasses] = {1 << 30, 1 << 30, 1 << 30};
+
+  // The best victim set on one node for pending job j (node = -1 when there is none).
+  auto evaluate = [&](int node, const Job& j, int ji) -> Choice {
+    (void)ji;
+    const int cls = static_cast<int>(j.cls);
+      int avail = std::max(0, free[node]);
+      int need = j.gpus - avail;
+      if (need <= 0) return Choice{};  // (only when headroom blocked a fit; not reached)
+      std::vector<int> cand;
+      std::vector<VictimCost> cand_cost;
+      int cand_gpus = 0;
+      for (int vi : running_on[node]) {
+        const Job& v = jobs[vi];
+        if (chosen[vi] || static_cast<int>(v.cls) >= cls) continue;
+        if (hint && cfg.min_runtime_s > 0 && now < v.start_time + cfg.min_runtime_s) {
+          min_runtime_release = std::min(min_runtime_release, v.start_time + cfg.min_runtime_s);
+          continue;
+        }
+        cand.push_back(vi);
+        cand_gpus += v.gpus;
+      }
+      if (cand_gpus < need) return Choice{};
+      Choice c;
+      c.node = node;
+      if (cfg.kind == PolicyKind::kKubernetes) {
+        // Remove all lower-priority pods, then reprieve the most important ones (higher priority,
+        // then earlier start) while the preemptor still fits.
+        std::sort(cand.begin(), cand.end(), [&](int a, int b) {
+          if (jobs[a].cls != jobs[b].cls) return jobs[a].cls > jobs[b].cls;
+          if (jobs[a].start_time != jobs[b].start_time) return jobs[a].start_time < jobs[b].start_time;
+          return jobs[a].id < jobs[b].id;
+        });
+        int freed = cand_gpus;
+        for (int vi : cand) {
+          if (freed - jobs[vi].gpus >= need) {
+            freed -= jobs[vi].gpus;
+          } else {
+            c.victims.push_back(vi);
+          }
+        }
+      } else {
+        // Cheapest first (lower class first, then lost GPU-s per GPU), then drop the most
+        // expensive victims that turn out not to be needed.
+        for (int vi : cand) cand_cost.push_back(vcost[vi]);
+        std::vector<int> order(cand.size());
+        for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int>(k);
+        std::sort(order.begin(), order.end(), [&](int a, int b) {
+          const Job& x = jobs[cand[a]];
+          const Job& y = jobs[cand[b]];
+          if (x.cls != y.cls) return x.cls < y.cls;
+          double ca = cand_cost[a].lost_gpu_s / x.gpus, cb = cand_cost[b].lost_gpu_s / y.gpus;
+          if (ca != cb) return ca < cb;
+          return x.id < y.id;
+        });
+        std::vector<int> taken;
+        int freed = 0;
+        for (int k : order) {
+          if (freed >= need) break;
+          taken.push_back(k);
+          freed += jobs[cand[k]].gpus;
+        }
+        for (int t = static_cast<int>(taken.size()) - 1; t >= 0; --t) {
+          int k = taken[t];
+          if (freed - jobs[cand[k]].gpus >= need) {
+            freed -= jobs[cand[k]].gpus;
+            taken.erase(taken.begin() + t);
+          }
+        }
+        double wait = 0, lost = 0, raw = 0;
+        for (int k : taken) {
+          const Job& v = jobs[cand[k]];
+          if (v.cls == PriorityClass::kLow) c.low_taken += v.gpus;
+          c.freed_gpus += v.gpus;
+          c.victims.push_back(cand[k]);
+          c.costs.push_back(cand_cost[k]);
+          wait = std::max(wait, cand_cost[k].wait_s);
+          lost += cand_cost[k].lost_gpu_s;
+          raw += v.gpus * lostw[cand[k]];
+        }
+        c.cost = lost + j.gpus * wait;
+        c.lost_work_gpu_s = raw;
+      }
+      c.count = static_cast<int>(c.victims.size());
+      for (int vi : c.victims) c.max_class = std::max(c.max_class, static_cast<int>(jobs[vi].cls));
+      for (int vi : c.victims)
+        if (static_cast<int>(jobs[vi].cls) == c.max_class) c.latest_start = std::max(c.latest_start, jobs[vi].start_time);
+      if (c.victims.empty()) return Choice{};
+      return c;
+  };
+
+  // Cluster-wide rules a node's victim set must also pass (they change as the pass goes on, so
+  // they are checked at use time, not cached): low's guaranteed share, the non-high cap, and
+  // the per-queue preemption budget.
+  auto feasible = [&](const Choice& c, const Job& j) -> bool {
+    if (!hint) return true;
+    if (c.low_taken > 0 && placed_by_class[0] - c.low_taken < low_share) return false;
+    if (j.cls != PriorityClass::kHigh &&
+        placed_by_class[0] + placed_by_class[1] - c.freed_gpus + j.gpus > nonhigh_cap)
+      return false;
+    if (!budget_on) return true;
+    std::map<std::string, Budget> trial;
+    for (size_t k = 0; k < c.victims.size(); ++k) {
+      Budget& b = trial[jobs[c.victims[k]].queue];
+      b.count++;
+      b.lost_gpu_h += c.costs[k].lost_gpu_s / 3600.0;
+    }
+    for (const auto& [q, t] : trial) {
+      auto it = budget.find(q);
+      int count = (it == budget.end() ? 0 : it->second.count) + t.count;
+      double gh = (it == budget.end() ? 0 : it->second.lost_gpu_h) + t.lost_gpu_h;
+      if ((cfg.budget_max_preemptions > 0 && count > cfg.budget_max_preemptions) ||
+          (cfg.budget_max_lost_gpu_hours > 0 && gh > cfg.budget_max_lost_gpu_hours)) {
+        budget_blocked = true;
+        budget_queue = q;
+        if (it != budget.end()) out.recheck_at = std::min(out.recheck_at, it->second.oldest + cfg.budget_window_s);
+        return false;
+      }
+    }
+    return true;
   };
 
   for (int ji : pending) {
@@ -313,6 +482,9 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       int nonhigh = placed_by_class[0] + placed_by_class[1];
       bool within_share = j.cls == PriorityClass::kLow && placed_by_class[0] + j.gpus <= low_share;
       headroom_ok = within_share || nonhigh + j.gpus <= nonhigh_cap;
+      // With refill on, the reserve is kept free: non-high work does not start into it.
+      if (cfg.refill_headroom && !within_share && free_sum + leaving_unclaimed - j.gpus < reserve)
+        headroom_ok = false;
     }
     if (headroom_ok) {
       auto it = by_free.lower_bound({j.gpus, -1});
@@ -337,124 +509,53 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     }
     ++searches;
 
-    // 3. Victim search, node by node.
-    Choice best;
-    std::vector<int> cand;
-    std::vector<VictimCost> cand_cost;
-    for (int node = 0; node < n_nodes; ++node) {
-      if (st.nodes[node].gpus < j.gpus) continue;
-      int avail = std::max(0, free[node]);
-      int need = j.gpus - avail;
-      if (need <= 0) continue;  // (only when headroom blocked a fit; not reached)
-      cand.clear();
-      cand_cost.clear();
-      int cand_gpus = 0;
-      for (int vi : running_on[node]) {
-        const Job& v = jobs[vi];
-        if (chosen[vi] || static_cast<int>(v.cls) >= cls) continue;
-        if (hint && cfg.min_runtime_s > 0 && now < v.start_time + cfg.min_runtime_s) {
-          min_runtime_release = std::min(min_runtime_release, v.start_time + cfg.min_runtime_s);
-          continue;
-        }
-        cand.push_back(vi);
-        cand_gpus += v.gpus;
-      }
-      if (cand_gpus < need) continue;
-      Choice c;
-      c.node = node;
-      if (cfg.kind == PolicyKind::kKubernetes) {
-        // Remove all lower-priority pods, then reprieve the most important ones (higher priority,
-        // then earlier start) while the preemptor still fits.
-        std::sort(cand.begin(), cand.end(), [&](int a, int b) {
-          if (jobs[a].cls != jobs[b].cls) return jobs[a].cls > jobs[b].cls;
-          if (jobs[a].start_time != jobs[b].start_time) return jobs[a].start_time < jobs[b].start_time;
-          return jobs[a].id < jobs[b].id;
-        });
-        int freed = cand_gpus;
-        for (int vi : cand) {
-          if (freed - jobs[vi].gpus >= need) {
-            freed -= jobs[vi].gpus;
-          } else {
-            c.victims.push_back(vi);
-          }
-        }
-      } else {
-        // Cheapest first (lower class first, then lost GPU-s per GPU), then drop the most
-        // expensive victims that turn out not to be needed.
-        for (int vi : cand) cand_cost.push_back(CostOf(jobs[vi], now, cfg));
-        std::vector<int> order(cand.size());
-        for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int>(k);
-        std::sort(order.begin(), order.end(), [&](int a, int b) {
-          const Job& x = jobs[cand[a]];
-          const Job& y = jobs[cand[b]];
-          if (x.cls != y.cls) return x.cls < y.cls;
-          double ca = cand_cost[a].lost_gpu_s / x.gpus, cb = cand_cost[b].lost_gpu_s / y.gpus;
-          if (ca != cb) return ca < cb;
-          return x.id < y.id;
-        });
-        std::vector<int> taken;
-        int freed = 0;
-        for (int k : order) {
-          if (freed >= need) break;
-          taken.push_back(k);
-          freed += jobs[cand[k]].gpus;
-        }
-        for (int t = static_cast<int>(taken.size()) - 1; t >= 0; --t) {
-          int k = taken[t];
-          if (freed - jobs[cand[k]].gpus >= need) {
-            freed -= jobs[cand[k]].gpus;
-            taken.erase(taken.begin() + t);
-          }
-        }
-        bool ok = true;
-        double wait = 0, lost = 0, raw = 0;
-        int low_taken = 0;
-        std::map<std::string, Budget> trial;
-        for (int k : taken) {
-          const Job& v = jobs[cand[k]];
-          if (v.cls == PriorityClass::kLow) low_taken += v.gpus;
-          if (budget_on) {
-            Budget& b = trial[v.queue];
-            b.count++;
-            b.lost_gpu_h += cand_cost[k].lost_gpu_s / 3600.0;
-          }
-          c.victims.push_back(cand[k]);
-          c.costs.push_back(cand_cost[k]);
-          wait = std::max(wait, cand_cost[k].wait_s);
-          lost += cand_cost[k].lost_gpu_s;
-          raw += v.gpus * EstimatedLostWork(v, now, cfg);
-        }
-        if (hint && low_taken > 0 && placed_by_class[0] - low_taken < low_share) ok = false;
-        if (hint && j.cls != PriorityClass::kHigh) {
-          int freed_gpus = 0;
-          for (int vi : c.victims) freed_gpus += jobs[vi].gpus;
-          if (placed_by_class[0] + placed_by_class[1] - freed_gpus + j.gpus > nonhigh_cap) ok = false;
-        }
-        if (budget_on) {
-          for (const auto& [q, t] : trial) {
-            auto it = budget.find(q);
-            int count = (it == budget.end() ? 0 : it->second.count) + t.count;
-            double gh = (it == budget.end() ? 0 : it->second.lost_gpu_h) + t.lost_gpu_h;
-            if ((cfg.budget_max_preemptions > 0 && count > cfg.budget_max_preemptions) ||
-                (cfg.budget_max_lost_gpu_hours > 0 && gh > cfg.budget_max_lost_gpu_hours)) {
-              ok = false;
-              budget_blocked = true;
-              budget_queue = q;
-              if (it != budget.end()) out.recheck_at = std::min(out.recheck_at, it->second.oldest + cfg.budget_window_s);
-            }
-          }
-        }
-        if (!ok) continue;
-        c.cost = lost + j.gpus * wait;
-        c.lost_work_gpu_s = raw;
-      }
-      c.count = static_cast<int>(c.victims.size());
-      for (int vi : c.victims) c.max_class = std::max(c.max_class, static_cast<int>(jobs[vi].cls));
-      for (int vi : c.victims)
-        if (static_cast<int>(jobs[vi].cls) == c.max_class) c.latest_start = std::max(c.latest_start, jobs[vi].start_time);
-      if (c.victims.empty()) continue;
-      if (BetterChoice(c, best, cfg.kind)) best = std::move(c);
+    // 3. Victim search over nodes. A (class, GPUs) that found nothing cannot succeed later in
+    //    this pass (nodes only fill up), nor can a larger request of the same class.
+    if (j.gpus >= fail_gpus[cls]) {
+      if (j.cls == PriorityClass::kHigh) blocked_high.push_back(ji);
+      continue;
     }
+    // Lazy heap of nodes by their (optimistic) best victim set for this (class, GPUs): within a
+    // pass a node's choice only gets worse, so a stale entry is re-evaluated and pushed back.
+    const size_t hkey = static_cast<size_t>(cls) * (max_node + 1) + j.gpus;
+    Heap& heap = heaps[hkey];
+    if (!heap.built) {
+      heap.built = true;
+      for (int node = 0; node < n_nodes; ++node) {
+        if (st.nodes[node].gpus < j.gpus) continue;
+        Choice c = evaluate(node, j, ji);
+        if (c.node < 0) continue;
+        heap.items.push_back({node_version[node], std::move(c)});
+      }
+      std::make_heap(heap.items.begin(), heap.items.end(), heap_less);
+    }
+    Choice best;
+    std::vector<HeapItem> set_aside;  // locally fine, but failing a cluster-wide rule now
+    while (!heap.items.empty()) {
+      std::pop_heap(heap.items.begin(), heap.items.end(), heap_less);
+      HeapItem top = std::move(heap.items.back());
+      heap.items.pop_back();
+      int node = top.choice.node;
+      if (top.version != node_version[node]) {
+        Choice c = evaluate(node, j, ji);
+        if (c.node >= 0) {
+          heap.items.push_back({node_version[node], std::move(c)});
+          std::push_heap(heap.items.begin(), heap.items.end(), heap_less);
+        }
+        continue;
+      }
+      if (!feasible(top.choice, j)) {
+        set_aside.push_back(std::move(top));
+        continue;
+      }
+      best = std::move(top.choice);  // consumed: the node changes below
+      break;
+    }
+    for (auto& it : set_aside) {
+      heap.items.push_back(std::move(it));
+      std::push_heap(heap.items.begin(), heap.items.end(), heap_less);
+    }
+    if (best.node < 0) fail_gpus[cls] = std::min(fail_gpus[cls], j.gpus);
     if (best.node < 0) {
       if (j.cls == PriorityClass::kHigh) blocked_high.push_back(ji);
       continue;
@@ -500,9 +601,67 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     }
     set_free(best.node, 0);
   }
+  // 4. Keep the reserved headroom free for high-priority arrivals: when high-priority work has
+  //    used it up, checkpoint-then-evict the cheapest lower-priority jobs in the background, so
+  //    the next high arrival starts at once instead of waiting for a checkpoint.
+  int deficit = reserve - free_sum - leaving_unclaimed;
+  if (hint && cfg.refill_headroom && deficit > 0) {
+    std::vector<std::pair<double, int>> cands;  // (class-major cost per GPU, job)
+    std::vector<VictimCost> cost_of(jobs.size());
+    for (int node = 0; node < n_nodes; ++node) {
+      for (int vi : running_on[node]) {
+        const Job& v = jobs[vi];
+        if (chosen[vi] || v.cls == PriorityClass::kHigh) continue;
+        if (cfg.min_runtime_s > 0 && now < v.start_time + cfg.min_runtime_s) {
+          min_runtime_release = std::min(min_runtime_release, v.start_time + cfg.min_runtime_s);
+          continue;
+        }
+        cost_of[vi] = CostOf(v, now, cfg);
+        cands.emplace_back(static_cast<int>(v.cls) * 1e12 + cost_of[vi].lost_gpu_s / v.gpus, vi);
+      }
+    }
+    std::sort(cands.begin(), cands.end());
+    for (const auto& [key, vi] : cands) {
+      if (deficit <= 0) break;
+      const Job& v = jobs[vi];
+      if (v.cls == PriorityClass::kLow && placed_by_class[0] - v.gpus < low_share) continue;
+      if (budget_on) {
+        auto it = budget.find(v.queue);
+        if (it != budget.end()) {
+          const Budget& b = it->second;
+          if ((cfg.budget_max_preemptions > 0 && b.count + 1 > cfg.budget_max_preemptions) ||
+              (cfg.budget_max_lost_gpu_hours > 0 &&
+               b.lost_gpu_h + cost_of[vi].lost_gpu_s / 3600.0 > cfg.budget_max_lost_gpu_hours)) {
+            out.recheck_at = std::min(out.recheck_at, b.oldest + cfg.budget_window_s);
+            continue;
+          }
+        }
+      }
+      const VictimCost& vc = cost_of[vi];
+      chosen[vi] = 1;
+      Action a;
+      a.kind = vc.checkpoint_first ? ActionKind::kRequestCheckpoint : ActionKind::kEvict;
+      a.job = v.id;
+      a.job_index = vi;
+      a.node = v.node;
+      a.est_lost_gpu_s = vc.lost_gpu_s;
+      a.reason = Fmt("refill reserved headroom for high priority (%d of %d GPUs free): %s, loses %.0f GPU-s incl. "
+                     "restore",
+                     free_sum, reserve, vc.checkpoint_first ? "checkpoint first" : "evict now", vc.lost_gpu_s);
+      out.actions.push_back(std::move(a));
+      placed_by_class[static_cast<int>(v.cls)] -= v.gpus;
+      deficit -= v.gpus;
+      if (budget_on) {
+        Budget& b = budget[v.queue];
+        b.count++;
+        b.lost_gpu_h += vc.lost_gpu_s / 3600.0;
+        b.oldest = std::min(b.oldest, now);
+      }
+    }
+  }
   if (min_runtime_release < kInf) out.recheck_at = std::min(out.recheck_at, min_runtime_release);
 
-  // 4. Wait estimates and suggestions for high-priority jobs left pending.
+  // 5. Wait estimates and suggestions for high-priority jobs left pending.
   for (int ji : blocked_high) {
     const Job& j = jobs[ji];
     WaitEstimate w;

@@ -269,6 +269,10 @@ bool PolicyByName(const std::string& name, PolicyConfig* out) {
   else if (name == "k8s") *out = KubernetesPolicy();
   else if (name == "hint-norules") *out = HintAwareNoRulesPolicy();
   else if (name == "hint") *out = PolicyConfig();
+  else if (name == "hint-refill") {
+    *out = PolicyConfig();
+    out->refill_headroom = true;
+  }
   else return false;
   return true;
 }

@@ -107,7 +107,7 @@ struct SimResult {
 
 Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions& opt, SimResult* out);
 
-// "fcfs" | "k8s" | "hint-norules" | "hint" → preset (false when unknown).
+// "fcfs" | "k8s" | "hint-norules" | "hint" | "hint-refill" → preset (false when unknown).
 bool PolicyByName(const std::string& name, PolicyConfig* out);
 
 // Metrics as CSV header + row, and a fixed-width table.
