@@ -107,8 +107,8 @@ void Runtime::register_work(c10::intrusive_ptr<c10d::Work> work, std::string wha
 Status Runtime::wait_registered() {
   Status st = work_drain_.drain(Deadline::Never());  // WaitWork also honours StopDeadline()
   if (!st.ok()) {
-    PREEMPT_LOG_ERROR("%s; stopping without a new checkpoint (the last committed one, step %lld, stays)",
-                      st.ToString().c_str(), static_cast<long long>(stats_.last_commit_step));
+    PREEMPT_LOG_ERROR("%s; stopping without a new checkpoint (the newest committed one stays the one restored)",
+                      st.ToString().c_str());
     stopped_ = true;
     stats_.stop_problem = st.ToString();
     if (collective_) collective_->abandon();
@@ -278,8 +278,8 @@ Action Runtime::step_end(int64_t step) {
   Status st = coord_->check(step, local_stop, want_checkpoint_, StopDeadline(), &d);
   stats_.coord = coord_->stats();
   if (!st.ok()) {
-    PREEMPT_LOG_ERROR("%s; stopping without a new checkpoint (the last committed one, step %lld, stays)",
-                      st.ToString().c_str(), static_cast<long long>(stats_.last_commit_step));
+    PREEMPT_LOG_ERROR("%s; stopping without a new checkpoint (the newest committed one stays the one restored)",
+                      st.ToString().c_str());
     stopped_ = true;
     stats_.stop_step = step;
     stats_.stop_problem = st.ToString();
