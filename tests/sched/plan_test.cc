@@ -3,6 +3,10 @@
 #include "preempt/sched/plan.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdlib>
 
 #include "support/test_util.h"
 
@@ -144,6 +148,42 @@ TEST(Plan, PolicyOverrides) {
   EXPECT_NE(s.message().find("unknown field 'min_runtime'"), std::string::npos) << s.ToString();
   s = PolicyFromJson(R"({"cooldown_s":"x"})", &p);
   EXPECT_NE(s.message().find("field 'cooldown_s'"), std::string::npos) << s.ToString();
+}
+
+// The CLI end to end on small inputs: exit codes and the essential output.
+TEST(Cli, SimulatePlanAndUsage) {
+  TempDir dir;
+  const std::string cli = preempt::testing::BinaryDir() + "/src/sched/preempt-sched";
+  auto run = [&](const std::string& args, std::string* out) {
+    std::string cmd = cli + " " + args + " > " + (dir / "out.txt") + " 2>&1";
+    int rc = std::system(cmd.c_str());
+    *out = preempt::testing::ReadFileOrDie(dir / "out.txt");
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  std::string out;
+  ASSERT_EQ(run("simulate --trace synthetic --jobs 120 --nodes 2 --policies fcfs,k8s,hint --csv " + (dir / "m.csv") +
+                    " --write-trace " + (dir / "t.csv"),
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("hint"), std::string::npos) << out;
+  std::string csv = preempt::testing::ReadFileOrDie(dir / "m.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4) << csv;  // header + 3 policies
+  ASSERT_EQ(run("simulate --trace " + (dir / "t.csv") + " --nodes 2 --policies k8s", &out), 0) << out;
+
+  const double now = NowUnix();
+  ASSERT_TRUE(WriteHintsAtomic(dir / "a.json", H(500, now)).ok());
+  WriteFileOrDie(dir / "snap.json", R"({"schema":"preempt.snapshot/1","nodes":[{"name":"n0","gpus":1}],
+    "jobs":[{"id":"a","class":"low","state":"running","node":"n0","start_unix":0,"hints_file":"a.json"},
+            {"id":"h","class":"high","state":"pending"}]})");
+  ASSERT_EQ(run("plan --snapshot " + (dir / "snap.json"), &out), 0) << out;
+  EXPECT_NE(out.find("checkpoint-then-evict"), std::string::npos) << out;
+  ASSERT_EQ(run("plan --snapshot " + (dir / "snap.json") + " --json", &out), 0) << out;
+  EXPECT_NE(out.find("\"action\":\"checkpoint-then-evict\""), std::string::npos) << out;
+  EXPECT_EQ(run("plan --snapshot " + (dir / "absent.json"), &out), 1);
+  EXPECT_EQ(run("frobnicate", &out), 2);
+  EXPECT_EQ(run("simulate --policies nope", &out), 2);
+  EXPECT_EQ(run("plan --snapshot x --policy-json '{\"bogus\":1}'", &out), 1) << out;
 }
 
 }  // namespace

@@ -359,6 +359,60 @@ TEST(Policy, LowGuaranteedShareIsNotPreempted) {
   EXPECT_TRUE(Find(Decide(b.st, p), "low"));
 }
 
+TEST(Policy, RefillKeepsReservedHeadroomFree) {
+  struct Case {
+    const char* name;
+    bool refill;
+    int high_used;      // of 10 GPUs; lows fill the rest
+    int want_victims;   // GPUs preempted to restore 2 free (20 % of 10)
+  };
+  const Case cases[] = {
+      {"refill off", false, 2, 0},
+      {"reserve intact", true, 0, 0},  // 8 low + 2 free: nothing to do
+      {"high used the reserve", true, 2, 2},
+      {"high used more", true, 4, 2},
+  };
+  for (const auto& c : cases) {
+    B b({10});
+    int low = c.high_used == 0 ? 8 : 10 - c.high_used;
+    for (int i = 0; i < low; ++i) b.Run("low" + std::to_string(i), L, 1, 0, 3600, MakeHints(100 + i));
+    if (c.high_used) b.Run("high", H, c.high_used, 0, 3600, MakeHints(1));
+    PolicyConfig p = Hint();
+    p.reserved_headroom = 0.2;
+    p.refill_headroom = c.refill;
+    Decisions d = Decide(b.st, p);
+    int victims = 0;
+    for (const auto& a : d.actions) {
+      EXPECT_NE(a.kind, ActionKind::kStart) << c.name;
+      EXPECT_TRUE(a.for_job.empty()) << c.name;
+      EXPECT_NE(a.reason.find("headroom"), std::string::npos) << a.reason;
+      victims += b.st.jobs[a.job_index].gpus;
+    }
+    EXPECT_EQ(victims, c.want_victims) << c.name << "\n" << Dump(d);
+    if (c.want_victims) {
+      EXPECT_EQ(d.actions[0].job, "low0") << "cheapest first\n" << Dump(d);
+    }
+  }
+  // Victims already on their way out count as free: no second refill.
+  B b({10});
+  for (int i = 0; i < 8; ++i) b.Run("low" + std::to_string(i), L, 1, 0, 3600, MakeHints(100));
+  b.Run("high", H, 2, 0, 3600, MakeHints(1));
+  b.st.jobs[0].phase = JobPhase::kCheckpointing;
+  b.st.jobs[1].phase = JobPhase::kCheckpointing;
+  PolicyConfig p = Hint();
+  p.reserved_headroom = 0.2;
+  p.refill_headroom = true;
+  for (const auto& a : Decide(b.st, p).actions) EXPECT_NE(a.kind, ActionKind::kRequestCheckpoint) << a.job;
+  // And a pending low job does not start into the reserve.
+  B q({10});
+  for (int i = 0; i < 8; ++i) q.Run("low" + std::to_string(i), L, 1, 0, 3600, MakeHints(100));
+  q.Pend("newlow", L, 1);
+  EXPECT_FALSE(Find(Decide(q.st, p), "newlow"));
+  p.refill_headroom = false;
+  p.reserved_headroom = 0.1;
+  EXPECT_TRUE(Find(Decide(q.st, p), "newlow"));
+}
+
 TEST(Policy, CheckpointingVictimIsEvictedAfterAckOrDeadline) {
   struct Case {
     const char* name;
