@@ -251,17 +251,24 @@ int main(int argc, char** argv) {
   struct stat sb;
   bool have_alibaba = stat((alibaba + "/pods.csv").c_str(), &sb) == 0;
   if (have_alibaba) {
-    AlibabaOptions o;
-    o.dir = alibaba;
-    Trace t;
-    Status s = LoadAlibabaTrace(o, &t);
-    if (!s.ok()) {
-      fprintf(stderr, "bench_sched: %s\n", s.ToString().c_str());
-      return 1;
+    // Two cluster sizes: peak whole-GPU demand 1.5x and 2x the capacity.
+    for (double overload : {1.5, 2.0}) {
+      AlibabaOptions o;
+      o.dir = alibaba;
+      o.overload = overload;
+      Trace t;
+      Status s = LoadAlibabaTrace(o, &t);
+      if (!s.ok()) {
+        fprintf(stderr, "bench_sched: %s\n", s.ToString().c_str());
+        return 1;
+      }
+      char name[64];
+      snprintf(name, sizeof name, "alibaba-x%.1f", overload);
+      t.name = name;
+      TraceRun r;
+      if (!RunTrace(t, &r, &csv)) return 1;
+      runs.push_back(r);
     }
-    TraceRun r;
-    if (!RunTrace(t, &r, &csv)) return 1;
-    runs.push_back(r);
   } else {
     printf("\n== alibaba trace not found at %s: skipped\n", alibaba.c_str());
   }

@@ -23,7 +23,11 @@ std::string Fmt(const char* fmt, ...) {
   return buf;
 }
 
-double RestoreOf(const Job& j, const PolicyConfig& c) { return j.restore_s >= 0 ? j.restore_s : c.restore_s; }
+// Restore time a restart costs; nothing to restore when the job has never committed.
+double RestoreOf(const Job& j, const PolicyConfig& c) {
+  if (j.hints && j.hints->last_commit.step < 0) return 0;
+  return j.restore_s >= 0 ? j.restore_s : c.restore_s;
+}
 
 // How a victim would be preempted and what it would cost.
 struct VictimCost {

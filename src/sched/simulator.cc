@@ -471,8 +471,10 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
       h.cost.persist_s = s.t->ckpt_persist_s;
       h.grace.needed_s = h.checkpoint_s();
       double committed = s.Committed(now);
-      h.lost_work_s = std::max(0.0, s.Progress(now) - committed);
-      h.last_commit.step = static_cast<int64_t>(committed);
+      // GPU time of this run not yet turned into a durable commit: with no new commit since it
+      // (re)started, that includes the restore it is paying now.
+      h.lost_work_s = committed > s.p0 ? std::max(0.0, s.Progress(now) - committed) : now - s.seg_start;
+      h.last_commit.step = committed > 0 ? static_cast<int64_t>(committed) : -1;
       h.last_commit.unix = s.CommitTime(now);
       h.step = static_cast<int64_t>(s.Progress(now));
       h.state = j.phase == JobPhase::kCheckpointing ? JobState::kCheckpointing : JobState::kTraining;

@@ -18,6 +18,7 @@ Hints MakeHints(double lost_s, double persist_s = 2, double age_s = 0) {
   h.cost.drain_s = 0.1;
   h.cost.stall_s = 0.4;
   h.cost.persist_s = persist_s;
+  h.last_commit.step = 100;  // has committed: a restart pays the restore
   return h;
 }
 
@@ -192,6 +193,21 @@ TEST(Policy, HintAwareVictimChoice) {
     EXPECT_EQ(d.actions[0].kind, c.how) << c.name << "\n" << Dump(d);
     EXPECT_FALSE(d.actions[0].reason.empty());
   }
+}
+
+TEST(Policy, NeverCommittedJobHasNothingToRestore) {
+  B b({1, 1});
+  Hints fresh = MakeHints(30);
+  fresh.last_commit.step = -1;
+  b.Run("fresh", L, 1, 0, 30, fresh);
+  b.Run("old", L, 1, 1, 3600, MakeHints(25));  // less uncommitted work, but a 10 s restore
+  b.Pend("hi", H, 1);
+  PolicyConfig c = Hint();
+  c.checkpoint_then_evict = false;
+  Decisions d = Decide(b.st, c);
+  ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
+  EXPECT_EQ(d.actions[0].job, "fresh") << Dump(d);
+  EXPECT_NEAR(d.actions[0].est_lost_gpu_s, 30, 1e-6);
 }
 
 TEST(Policy, CheckpointThenEvictCanBeTurnedOff) {

@@ -48,7 +48,7 @@ struct PolicyConfig {
   double budget_max_lost_gpu_hours = 0;  // estimated lost GPU-hours per queue per window (0 = unlimited)
   double reserved_headroom = 0.15;     // fraction of all GPUs that only high priority may take
   bool refill_headroom = false;        // keep that fraction free: checkpoint-then-evict lower jobs in the background
-  double low_guaranteed_share = 0.10;  // low may always hold this fraction; it is never preempted below it
+  double low_guaranteed_share = 0.05;  // low may always hold this fraction; it is never preempted below it
   double hints_stale_s = 300;          // hints older than this are "unknown"
   double unknown_lost_work_s = 3600;   // lost work assumed for a job with no valid hints (never free)
   double restore_s = 60;               // default restore time when a job does not know its own
