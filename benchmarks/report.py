@@ -106,6 +106,10 @@ def merge(args):
             runs[tag] = (fw, fr)
             r[f"fio.write_gbps_{tag}"] = fw["jobs"][0]["write"]["bw_bytes"] / 1e9
             r[f"fio.read_gbps_{tag}"] = fr["jobs"][0]["read"]["bw_bytes"] / 1e9
+            # CPU seconds fio spent (user + system) — to set against the store's save/restore CPU.
+            for rw, d in (("write", fw), ("read", fr)):
+                j = d["jobs"][0]
+                r[f"fio.{rw}_cpu_s_{tag}"] = (j.get("usr_cpu", 0) + j.get("sys_cpu", 0)) / 100 * j.get("job_runtime", 0) / 1e3
     if runs:
         fw, fr = next(iter(runs.values()))
         jw = fw["jobs"][0]
@@ -196,9 +200,9 @@ def show(r, out_path=None):
     print("bandwidth, GB/s (1e9 B/s)   " + "".join(f"{L:>10}" for L in labels))
     rows = [("memcpy (same bytes)", "store.memcpy_gbps_{}"),
             ("store save→COMMIT", "store.save_gbps_{}"),
-            (f"store restore ({r.get('store.restore_cache', '?')})", "store.restore_gbps_{}"),
+            ("store restore", "store.restore_gbps_{}"),
             ("torch.save + fsync", "torchpy.save_fsync_gbps_{}"),
-            (f"torch.load ({r.get('torchpy.load_cache', '?')})", "torchpy.load_gbps_{}")]
+            ("torch.load", "torchpy.load_gbps_{}")]
     for title, key in rows:
         print(f"  {title:<26}" + "".join(f"{fmt(r.get(key.format(L)), 2):>10}" for L in labels))
     size = r.get("fio.size_bytes")
@@ -209,6 +213,7 @@ def show(r, out_path=None):
     print(f"  {'fio read (' + size_txt + ')':<26}{fmt(r.get('fio.read_gbps'), 2):>10}   mean of before "
           f"{fmt(r.get('fio.read_gbps_before'), 2)} / after {fmt(r.get('fio.read_gbps_after'), 2)} "
           f"({r.get('fio.read_cache', '?')} cache)")
+    print(f"  reads: store restore {r.get('store.restore_cache', '?')}, torch.load {r.get('torchpy.load_cache', '?')}")
     for L in labels:
         print(f"  store {L}: {fmt(r.get('store.tensors_' + L), 0)} tensors; save = write {fmt(r.get('store.save_write_s_' + L))} s"
               f" + sync {fmt(r.get('store.save_sync_s_' + L))} s + commit {fmt(r.get('store.save_commit_s_' + L))} s"

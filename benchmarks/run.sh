@@ -12,11 +12,12 @@
 #
 # usage: benchmarks/run.sh [--build-dir build] [--dir /tmp/preempt-bench] [--sizes 1,4] [--quick]
 #                          [--backend auto|uring|posix] [--out benchmarks/results/latest.json]
-#                          [--no-sub] [--no-torch]
+#                          [--reps N] [--no-sub] [--no-torch]
 # It builds nothing: build first, e.g.
 #   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j
 # --quick: 64 MiB sizes, fio at 64 MiB, sub-benchmarks with --quick; writes
 #   benchmarks/results/quick.json (not latest.json) unless --out is given. Meant for smoke tests (< 60 s).
+# --reps N: store and torch saves/restores repeated N times, medians reported (default 1).
 # Sub-benchmarks see PREEMPT_BENCH_DIR, PREEMPT_BENCH_QUICK and PREEMPT_BENCH_FIO_{WRITE,READ}_GBPS
 # (this run's fio bandwidths, GB/s) in their environment.
 set -euo pipefail
@@ -31,6 +32,8 @@ backend="auto"
 out=""
 run_sub=1
 run_torch=1
+reps=""
+cold_mode=drop   # how reads are made cold; --quick: evict (see drop_caches below)
 py=/usr/bin/python3
 
 usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
@@ -42,6 +45,7 @@ while [[ $# -gt 0 ]]; do
     --quick) quick=1; shift ;;
     --backend) backend="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --reps) reps="$2"; shift 2 ;;
     --no-sub) run_sub=0; shift ;;
     --no-torch) run_torch=0; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -84,7 +88,6 @@ fi
 # files about to be read (posix_fadvise DONTNEED; no privilege, spares a shared machine's cache).
 # Full runs drop (falling back to evict when refused); --quick evicts (dropping would make the
 # following python/torch start-up read its libraries from disk again: ~15 s here).
-cold_mode=drop
 drop_caches() {  # prints how cold the next read is; $1: the file about to be read
   sync
   if [[ $cold_mode == drop ]] && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then echo "cold (drop_caches)"; return; fi
@@ -127,7 +130,9 @@ run_fio before
 
 # ---- 2. bench_store -------------------------------------------------------------------------
 echo "-- bench_store [+$(( $(date +%s) - t_start ))s]"
-"$bench_store" "${store_sizes[@]}" "${quick_flag[@]}" --dir "$bench_dir" --backend "$backend" \
+reps_flag=()
+[[ -n "$reps" ]] && reps_flag=(--reps "$reps")
+"$bench_store" "${store_sizes[@]}" "${quick_flag[@]}" "${reps_flag[@]}" --dir "$bench_dir" --backend "$backend" \
   --chunk-mib "$chunk_mib" --depth "$depth" --cold "$cold_mode" --json "$tmp/store.json" --mix-out "$tmp/mix.json"
 
 run_fio after
@@ -145,7 +150,7 @@ EOF
 if [[ $run_torch == 1 ]]; then
   if "$py" -c "import torch" 2>/dev/null; then
     echo "-- torch baseline ($py) [+$(( $(date +%s) - t_start ))s]"
-    "$py" "$here/torch_baseline.py" --mix "$tmp/mix.json" --dir "$bench_dir" --cold "$cold_mode" --json "$tmp/torch_baseline.json" ||
+    "$py" "$here/torch_baseline.py" "${reps_flag[@]}" --mix "$tmp/mix.json" --dir "$bench_dir" --cold "$cold_mode" --json "$tmp/torch_baseline.json" ||
       echo "run.sh: torch baseline failed (recorded as missing)" >&2
   else
     echo "-- torch baseline skipped: $py cannot import torch" >&2
