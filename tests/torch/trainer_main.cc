@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   so.root = dir;
   so.keep_last = 2;
   const char* io = getenv("PREEMPT_TEST_IO");
-  so.io_backend = io && std::string(io) == "uring" ? preempt::IoBackend::kAuto : preempt::IoBackend::kPosix;
+  so.io_backend = io && std::string(io) == "posix" ? preempt::IoBackend::kPosix : preempt::IoBackend::kAuto;
   preempt::Store store(so);
   pt::TrainingStateOptions to;
   to.every_steps = every;

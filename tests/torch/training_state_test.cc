@@ -73,9 +73,9 @@ preempt::StoreOptions StoreAt(const std::string& dir) {
   preempt::StoreOptions o;
   o.root = dir;
   o.keep_last = 5;
-  // The torch layer is backend-agnostic; PREEMPT_TEST_IO=uring exercises the default backend.
+  // PREEMPT_TEST_IO=posix forces the pwrite/pread backend (default: io_uring when allowed).
   const char* io = getenv("PREEMPT_TEST_IO");
-  o.io_backend = io && std::string(io) == "uring" ? preempt::IoBackend::kAuto : preempt::IoBackend::kPosix;
+  o.io_backend = io && std::string(io) == "posix" ? preempt::IoBackend::kPosix : preempt::IoBackend::kAuto;
   return o;
 }
 
