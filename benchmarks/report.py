@@ -220,10 +220,13 @@ def show(r, out_path=None):
               f", cpu {fmt(r.get('store.save_cpu_s_' + L))} s ({r.get('store.save_backend_' + L)});"
               f" restore cpu {fmt(r.get('store.restore_cpu_s_' + L))} s; first save's engine setup {fmt(r.get('store.setup_s_' + L))} s")
     print()
-    print(f"  {'target':<44}{'measured':>10}  {'needs':<8}result")
-    for t in r.get("targets", []):
+    tl = r.get("targets", [])
+    nw = min(80, max([44] + [len(str(t.get("name"))) + 1 for t in tl]))
+    tw = min(40, max([8] + [len(str(t.get("target"))) + 1 for t in tl]))
+    print(f"  {'target':<{nw}}{'measured':>10}  {'needs':<{tw}}result")
+    for t in tl:
         res = "n/a" if t.get("pass") is None else ("PASS" if t["pass"] else "MISS")
-        print(f"  {t['name']:<44}{fmt(t.get('value'), 2):>10}  {str(t.get('target')):<8}{res}")
+        print(f"  {str(t.get('name')):<{nw}}{fmt(t.get('value'), 2):>10}  {str(t.get('target')):<{tw}}{res}")
     for name in r.get("meta.sub_benchmarks", []):
         st = r.get(f"{name}._status")
         if st:

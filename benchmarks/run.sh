@@ -18,8 +18,8 @@
 # --quick: 64 MiB sizes, fio at 64 MiB, sub-benchmarks with --quick; writes
 #   benchmarks/results/quick.json (not latest.json) unless --out is given. Meant for smoke tests (< 60 s).
 # --reps N: store and torch saves/restores repeated N times, medians reported (default 1).
-# Sub-benchmarks see PREEMPT_BENCH_DIR, PREEMPT_BENCH_QUICK and PREEMPT_BENCH_FIO_{WRITE,READ}_GBPS
-# (this run's fio bandwidths, GB/s) in their environment.
+# Sub-benchmarks see PREEMPT_BENCH_DIR, PREEMPT_BENCH_FIO_{WRITE,READ}_GBPS (this run's fio
+# bandwidths, GB/s) and, in quick mode only, PREEMPT_BENCH_QUICK=1 in their environment.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -159,7 +159,9 @@ fi
 
 # ---- 4. other sub-benchmarks ----------------------------------------------------------------
 if [[ $run_sub == 1 ]]; then
-  export PREEMPT_BENCH_DIR="$bench_dir" PREEMPT_BENCH_QUICK="$quick"
+  export PREEMPT_BENCH_DIR="$bench_dir"
+  # Set only in quick mode: some programs treat its mere presence as --quick.
+  if [[ $quick == 1 ]]; then export PREEMPT_BENCH_QUICK=1; else unset PREEMPT_BENCH_QUICK; fi
   export PREEMPT_BENCH_FIO_WRITE_GBPS="$fio_w" PREEMPT_BENCH_FIO_READ_GBPS="$fio_r"
   sub_timeout=$([[ $quick == 1 ]] && echo 120 || echo 3600)
   shopt -s nullglob
