@@ -23,10 +23,12 @@ std::string Fmt(const char* fmt, ...) {
   return buf;
 }
 
-// Restore time a restart costs; nothing to restore when the job has never committed.
+double FullRestoreOf(const Job& j, const PolicyConfig& c) { return j.restore_s >= 0 ? j.restore_s : c.restore_s; }
+// Restore time a restart after an eviction now costs: nothing when the job never committed
+// (it restarts from scratch).
 double RestoreOf(const Job& j, const PolicyConfig& c) {
   if (j.hints && j.hints->last_commit.step < 0) return 0;
-  return j.restore_s >= 0 ? j.restore_s : c.restore_s;
+  return FullRestoreOf(j, c);
 }
 
 // How a victim would be preempted and what it would cost.
@@ -51,7 +53,8 @@ VictimCost CostOf(const Job& v, double now, const PolicyConfig& c) {
       out.wait_s = ckpt_wait;
     }
   }
-  out.lost_gpu_s = v.gpus * (lost + RestoreOf(v, c));
+  // A job that checkpoints first has a commit to restore from, whatever it had before.
+  out.lost_gpu_s = v.gpus * (lost + (out.checkpoint_first ? FullRestoreOf(v, c) : RestoreOf(v, c)));
   return out;
 }
 
@@ -464,7 +467,10 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
   for (int ji : pending) {
     const Job& j = jobs[ji];
     const int cls = static_cast<int>(j.cls);
-    if (j.gpus > max_node || j.gpus <= 0) continue;  // can never fit; the caller reports it
+    if (j.gpus > max_node || j.gpus <= 0) {  // can never fit
+      if (j.cls == PriorityClass::kHigh) blocked_high.push_back(ji);
+      continue;
+    }
     if (hint && cfg.cooldown_s > 0 && now < j.last_preempted + cfg.cooldown_s) {
       out.recheck_at = std::min(out.recheck_at, j.last_preempted + cfg.cooldown_s);
       continue;
@@ -672,7 +678,11 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     w.job = j.id;
     w.waited_s = now - j.submit_time;
     bool lower_running = placed_by_class[0] + placed_by_class[1] > 0;
-    if (!cfg.preempts_lower[static_cast<int>(j.cls)] || cfg.kind == PolicyKind::kFcfs || !lower_running) {
+    if (j.gpus > max_node) {
+      w.est_wait_s = kInf;
+      w.suggestion = Fmt("add capacity: %s needs %d GPUs on one node, the largest node has %d", j.id.c_str(), j.gpus,
+                         max_node);
+    } else if (!cfg.preempts_lower[static_cast<int>(j.cls)] || cfg.kind == PolicyKind::kFcfs || !lower_running) {
       w.est_wait_s = kInf;
       if (!lower_running)
         w.suggestion = Fmt("add capacity: all GPUs are held by high-priority jobs; %d more GPU(s) on one node "

@@ -94,8 +94,12 @@ TEST(Policy, StartsBestFitInPriorityOrder) {
   b.Pend("low", L, 2, 100);
   b.Pend("high", H, 4, 1);
   b.Pend("big", L, 16);  // never fits: ignored
+  b.Pend("huge-high", H, 16, 1000);  // never fits either: reported with a suggestion
   Decisions d = Decide(b.st, Hint());
   ASSERT_EQ(d.actions.size(), 2u) << Dump(d);
+  ASSERT_EQ(d.waits.size(), 1u);
+  EXPECT_EQ(d.waits[0].job, "huge-high");
+  EXPECT_NE(d.waits[0].suggestion.find("largest node has 8"), std::string::npos) << d.waits[0].suggestion;
   EXPECT_EQ(d.actions[0].job, "high");  // high first, though it arrived later
   EXPECT_EQ(d.actions[0].node, 2);      // smallest node with 4 free
   EXPECT_EQ(d.actions[1].job, "low");
@@ -208,6 +212,22 @@ TEST(Policy, NeverCommittedJobHasNothingToRestore) {
   ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
   EXPECT_EQ(d.actions[0].job, "fresh") << Dump(d);
   EXPECT_NEAR(d.actions[0].est_lost_gpu_s, 30, 1e-6);
+}
+
+TEST(Policy, CheckpointFirstAlwaysPaysTheRestore) {
+  // Both are checkpointed first (same persist): the never-committed one will have a commit to
+  // restore from too, so the tie is broken by uncommitted work, not by a free restore.
+  B b({1, 1});
+  Hints never = MakeHints(60);
+  never.last_commit.step = -1;
+  b.Run("never", L, 1, 0, 60, never);
+  b.Run("often", L, 1, 1, 3600, MakeHints(5));
+  b.Pend("hi", H, 1);
+  Decisions d = Decide(b.st, Hint());
+  ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
+  EXPECT_EQ(d.actions[0].job, "often") << Dump(d);
+  EXPECT_EQ(d.actions[0].kind, ActionKind::kRequestCheckpoint);
+  EXPECT_NEAR(d.actions[0].est_lost_gpu_s, 2 + 10, 1e-6);  // persist + restore
 }
 
 TEST(Policy, CheckpointThenEvictCanBeTurnedOff) {
