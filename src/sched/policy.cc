@@ -210,12 +210,20 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
 
   // 1. Victims already asked to checkpoint: evict once the commit shows, or at the deadline.
   //    Preemptors with victims in flight wait on those victims' node.
-  std::unordered_map<int, int> awaiting_node;  // preemptor index -> node
+  std::unordered_map<int, int> awaiting_node;      // preemptor index -> node
+  std::unordered_map<int, double> awaiting_left;   // preemptor index -> expected seconds left
   for (int i = 0; i < static_cast<int>(jobs.size()); ++i) {
     const Job& j = jobs[i];
     if (j.phase != JobPhase::kCheckpointing && j.phase != JobPhase::kEvicting) continue;
     auto p = index_of.find(j.preemptor);
-    if (p != index_of.end() && jobs[p->second].phase == JobPhase::kPending) awaiting_node[p->second] = j.node;
+    if (p != index_of.end() && jobs[p->second].phase == JobPhase::kPending) {
+      awaiting_node[p->second] = j.node;
+      double left = 0;  // expected time until this victim's commit is durable
+      if (j.phase == JobPhase::kCheckpointing && j.hints)
+        left = std::max(0.0, j.request_time + j.hints->checkpoint_s() - now);
+      double& w = awaiting_left[p->second];
+      w = std::max(w, left);
+    }
     if (j.phase != JobPhase::kCheckpointing) continue;
     Action a;
     a.kind = ActionKind::kEvict;
@@ -308,6 +316,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
   bool budget_blocked = false;
   std::string budget_queue;
   std::vector<int> blocked_high;
+  std::vector<std::pair<int, double>> waiting_high;  // high jobs waiting for their victims: (job, s left)
 
   auto start_job = [&](int ji, int node, const std::string& why) {
     const Job& j = jobs[ji];
@@ -483,6 +492,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
         start_job(ji, node, Fmt("victims on %s have left; starting", st.nodes[node].name.c_str()));
       } else if (node >= 0) {
         set_free(node, std::max(0, free[node] - j.gpus));  // hold what is already free there
+        if (j.cls == PriorityClass::kHigh) waiting_high.emplace_back(ji, awaiting_left[ji]);
       }
       continue;
     }
@@ -610,6 +620,11 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       }
     }
     set_free(best.node, 0);
+    if (j.cls == PriorityClass::kHigh) {
+      double left = 0;
+      for (const auto& vc : best.costs) left = std::max(left, vc.wait_s);
+      waiting_high.emplace_back(ji, left);
+    }
   }
   // 4. Keep the reserved headroom free for high-priority arrivals: when high-priority work has
   //    used it up, checkpoint-then-evict the cheapest lower-priority jobs in the background, so
@@ -671,7 +686,15 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
   }
   if (min_runtime_release < kInf) out.recheck_at = std::min(out.recheck_at, min_runtime_release);
 
-  // 5. Wait estimates and suggestions for high-priority jobs left pending.
+  // 5. Wait estimates for high-priority jobs left pending: those waiting for victims' commits,
+  //    then the blocked ones, with a suggestion when the estimate passes wait_alert_s.
+  for (const auto& [ji, left] : waiting_high) {
+    WaitEstimate w;
+    w.job = jobs[ji].id;
+    w.waited_s = now - jobs[ji].submit_time;
+    w.est_wait_s = w.waited_s + left;
+    out.waits.push_back(std::move(w));
+  }
   for (int ji : blocked_high) {
     const Job& j = jobs[ji];
     WaitEstimate w;

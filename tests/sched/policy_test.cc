@@ -527,6 +527,25 @@ TEST(Policy, MultiGpuPreemptorNeedsOneNode) {
   EXPECT_TRUE(Find(d, "a") && Find(d, "b")) << Dump(d);
 }
 
+TEST(Policy, WaitEstimateForPreemptorsIsTheCheckpointTime) {
+  B b({1});
+  b.Run("v", L, 1, 0, 3600, MakeHints(900, /*persist=*/4));
+  b.Pend("hi", H, 1, 30);
+  Decisions d = Decide(b.st, Hint());
+  ASSERT_EQ(d.waits.size(), 1u);
+  EXPECT_EQ(d.waits[0].job, "hi");
+  EXPECT_NEAR(d.waits[0].est_wait_s, 30 + 0.1 + 0.4 + 4, 1e-6);  // waited + drain + stall + persist
+  EXPECT_TRUE(d.waits[0].suggestion.empty());
+  // Two seconds into the checkpoint: 2.5 s left.
+  b.st.jobs[0].phase = JobPhase::kCheckpointing;
+  b.st.jobs[0].request_id = 1;
+  b.st.jobs[0].request_time = kNow - 2;
+  b.st.jobs[0].preemptor = "hi";
+  d = Decide(b.st, Hint());
+  ASSERT_EQ(d.waits.size(), 1u);
+  EXPECT_NEAR(d.waits[0].est_wait_s, 30 + 2.5, 1e-6);
+}
+
 TEST(Policy, WaitEstimateSuggestsCapacityWhenOnlyHighRuns) {
   B b({2});
   b.Run("h", H, 2, 0, 3600, MakeHints(1));
