@@ -516,6 +516,8 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       }
     } else if (cfg.kind == PolicyKind::kFcfs) {
       continue;
+    } else if (by_free.lower_bound({j.gpus, -1}) != by_free.end()) {
+      continue;  // it would fit, only the reserve stops it: wait instead of preempting lower work
     }
     // (A non-high job blocked by the headroom may still preempt lower jobs: it then only
     // replaces non-high GPUs; checked per candidate below.)

@@ -369,6 +369,25 @@ TEST(Policy, ReservedHeadroomIsForHighPriority) {
   }
 }
 
+TEST(Policy, NonHighBlockedOnlyByTheReserveWaitsInsteadOfPreempting) {
+  // 20 GPUs, 17 non-high allowed; 17 held by low, 3 free: a medium job fits physically but not
+  // under the cap, so it waits; when the cluster is full it may replace a low job.
+  B b({20});
+  b.Run("lows", L, 17, 0, 3600, MakeHints(1000));
+  b.Pend("med", M, 1);
+  PolicyConfig p = Hint();
+  p.reserved_headroom = 0.15;
+  EXPECT_TRUE(Decide(b.st, p).actions.empty()) << Dump(Decide(b.st, p));
+  B full({2, 2});
+  full.Run("l1", L, 2, 0, 3600, MakeHints(1000));
+  full.Run("h1", H, 2, 1, 3600, MakeHints(10));
+  full.Pend("med", M, 2);
+  p.reserved_headroom = 0.25;  // 4 GPUs: non-high cap 3; medium replaces the low (2 - 2 + 2 <= 3)
+  Decisions d = Decide(full.st, p);
+  ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
+  EXPECT_EQ(d.actions[0].job, "l1");
+}
+
 TEST(Policy, LowGuaranteedShareIsNotPreempted) {
   struct Case {
     double share;
