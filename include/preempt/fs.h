@@ -37,6 +37,9 @@ class File {
   virtual Status datasync() = 0;
   virtual Status sync() = 0;
   virtual Status truncate(uint64_t size) = 0;
+  // Reserves `size` bytes of blocks (fallocate). Reports ENOSPC before any data is written and
+  // lets io_uring complete writes inline instead of on its worker threads. Default: no-op.
+  virtual Status allocate(uint64_t size) { return Status::OK(); }
   virtual Status size(uint64_t* out) = 0;
   virtual Status close() = 0;
 

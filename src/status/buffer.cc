@@ -1,18 +1,30 @@
 #include "preempt/buffer.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
 
 namespace preempt {
+namespace {
+constexpr size_t kHugePage = 2 << 20;
+}  // namespace
 
 AlignedBuffer::AlignedBuffer(size_t size, bool prefault) : size_(size) {
   if (size == 0) return;
   capacity_ = AlignUp(size, kIoAlignment);
+  // Large buffers are 2 MiB-aligned and asked to be backed by transparent huge pages: 512x fewer
+  // page faults when pre-faulting (a fault costs tens of microseconds on some VMs) and fewer TLB
+  // misses in the copies. (MADV_POPULATE_WRITE was tried: faster to pre-fault, but later copies
+  // into the 4 KiB pages it maps ran ~10x slower on the VMs here.)
+  const bool huge = capacity_ >= kHugePage;
+  if (huge) capacity_ = AlignUp(capacity_, kHugePage);
   void* p = nullptr;
-  if (posix_memalign(&p, kIoAlignment, capacity_) != 0) throw std::bad_alloc();
+  if (posix_memalign(&p, huge ? kHugePage : kIoAlignment, capacity_) != 0) throw std::bad_alloc();
   data_ = static_cast<uint8_t*>(p);
+  if (huge) (void)madvise(data_, capacity_, MADV_HUGEPAGE);
   if (prefault) {
     // Touch every page now so the copy into staging on the training thread never faults.
     std::memset(data_, 0, capacity_);

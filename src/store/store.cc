@@ -11,6 +11,8 @@
 #include <mutex>
 #include <thread>
 
+#include <xxhash.h>
+
 #include "format/format.h"
 #include "io/io_engine.h"
 #include "preempt/log.h"
@@ -20,6 +22,9 @@ namespace {
 
 using format::Manifest;
 using format::CommitRecord;
+
+// Piece of a chunk copied then hashed while still in cache.
+constexpr uint64_t kHashPiece = 256 << 10;
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -215,6 +220,16 @@ class Store::Impl {
   bool stop_ = false;
   std::thread worker_;
   std::unique_ptr<io::IoEngine> engine_;  // owned by the worker thread
+  struct HashStateFree {
+    void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
+  };
+  std::unique_ptr<XXH3_state_t, HashStateFree> hash_state_{XXH3_createState()};
+
+ public:
+  // Restores reuse one engine (staging is allocated and pre-faulted once); a restore that finds
+  // it busy (concurrent restores) makes its own.
+  std::mutex restore_engine_mu_;
+  std::unique_ptr<io::IoEngine> restore_engine_;
 };
 
 void Store::Impl::execute(SaveJob* job) {
@@ -270,6 +285,7 @@ Status Store::Impl::write_rank_files(SaveJob* job, const std::string& tmp_dir, S
   std::unique_ptr<File> file;
   bool direct = false;
   PREEMPT_RETURN_IF_ERROR(OpenData(fs_, data_path, true, o_.direct_io, &file, &direct));
+  PREEMPT_RETURN_IF_ERROR(file->allocate(m.file_bytes));
   auto t0 = std::chrono::steady_clock::now();
   {
     auto queue = engine_->open_queue(file.get());
@@ -287,22 +303,33 @@ Status Store::Impl::write_rank_files(SaveJob* job, const std::string& tmp_dir, S
       const uint64_t begin = c * m.chunk_bytes;
       const uint64_t len = std::min<uint64_t>(m.chunk_bytes, m.data_bytes - begin);
       const uint64_t end = begin + len;
-      // Gather the bytes of [begin, end) from the items; alignment gaps are zero.
-      uint64_t filled = 0, payload = 0;
+      // Gather the bytes of [begin, end) from the items (alignment gaps are zero) in cache-sized
+      // pieces, hashing each piece right after copying it, while it is still in cache.
       while (item < m.tensors.size() && m.tensors[item].offset + m.tensors[item].nbytes <= begin) ++item;
-      for (size_t i = item; i < m.tensors.size() && m.tensors[i].offset < end; ++i) {
-        const TensorInfo& t = m.tensors[i];
-        const uint64_t from = std::max(begin, t.offset);
-        const uint64_t to = std::min(end, t.offset + t.nbytes);
-        if (to <= from) continue;
-        if (from - begin > filled) std::memset(slot->data + filled, 0, from - begin - filled);
-        std::memcpy(slot->data + (from - begin), static_cast<const uint8_t*>(req.items[i].data) + (from - t.offset), to - from);
-        filled = to - begin;
-        payload += to - from;
+      XXH3_state_t* hash = hash_state_.get();
+      XXH3_64bits_reset(hash);
+      uint64_t payload = 0;
+      size_t i = item;
+      for (uint64_t piece = begin; piece < end; piece += kHashPiece) {
+        const uint64_t piece_end = std::min(end, piece + kHashPiece);
+        uint64_t filled = piece;  // file offset filled so far
+        for (; i < m.tensors.size() && m.tensors[i].offset < piece_end; ++i) {
+          const TensorInfo& t = m.tensors[i];
+          const uint64_t from = std::max(piece, t.offset);
+          const uint64_t to = std::min(piece_end, t.offset + t.nbytes);
+          if (to <= from) continue;
+          if (from > filled) std::memset(slot->data + (filled - begin), 0, from - filled);
+          std::memcpy(slot->data + (from - begin), static_cast<const uint8_t*>(req.items[i].data) + (from - t.offset), to - from);
+          filled = to;
+          payload += to - from;
+          if (to < t.offset + t.nbytes) break;  // the tensor continues into the next piece
+        }
+        if (piece_end > filled) std::memset(slot->data + (filled - begin), 0, piece_end - filled);
+        XXH3_64bits_update(hash, slot->data + (piece - begin), piece_end - piece);
       }
       const uint64_t padded = AlignUp(len, kIoAlignment);
-      if (padded > filled) std::memset(slot->data + filled, 0, padded - filled);
-      m.chunk_xxh3[c] = format::Hash64(slot->data, len);
+      if (padded > len) std::memset(slot->data + len, 0, padded - len);
+      m.chunk_xxh3[c] = XXH3_64bits_digest(hash);
       PREEMPT_RETURN_IF_ERROR(queue->submit_write(slot, padded, begin));
       job->written_.fetch_add(payload, std::memory_order_relaxed);
     }
@@ -554,12 +581,17 @@ Status Store::Impl::restore(const std::vector<RestoreTarget>& targets, const Res
       r.missing = std::move(missing);
 
       // Read every chunk (checksums cover all of them), scatter the overlapping bytes.
-      io::EngineOptions eo;
-      eo.depth = o_.queue_depth;
-      eo.slot_bytes = m.chunk_bytes;
-      eo.backend = o_.io_backend;
-      std::unique_ptr<io::IoEngine> engine;
-      s = io::IoEngine::Create(eo, &engine);
+      std::unique_lock<std::mutex> engine_lock(restore_engine_mu_, std::try_to_lock);
+      std::unique_ptr<io::IoEngine> own_engine;
+      std::unique_ptr<io::IoEngine>& engine = engine_lock.owns_lock() ? restore_engine_ : own_engine;
+      if (!engine || engine->slot_bytes() != m.chunk_bytes) {
+        io::EngineOptions eo;
+        eo.depth = o_.queue_depth;
+        eo.slot_bytes = m.chunk_bytes;
+        eo.backend = o_.io_backend;
+        engine.reset();
+        s = io::IoEngine::Create(eo, &engine);
+      }
       std::unique_ptr<File> file;
       bool direct = false;
       const std::string dp = JoinPath(dir, m.data_file);
@@ -567,6 +599,7 @@ Status Store::Impl::restore(const std::vector<RestoreTarget>& targets, const Res
       if (s.ok()) {
         auto queue = engine->open_queue(file.get());
         r.backend = std::string(queue->backend_name()) + (direct ? "+direct" : "+buffered");
+        std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> restore_hash(XXH3_createState(), &XXH3_freeState);
         queue->set_read_done([&](io::Slot* slot, size_t got) -> Status {
           const uint64_t c = slot->tag;
           const uint64_t begin = c * m.chunk_bytes;
@@ -575,19 +608,28 @@ Status Store::Impl::restore(const std::vector<RestoreTarget>& targets, const Res
             return Status(StatusCode::kCorruption, dp + ": chunk " + std::to_string(c) + " truncated (tensors " +
                                                        format::TensorsInRange(m, begin, begin + len) + ")");
           }
-          if (format::Hash64(slot->data, len) != m.chunk_xxh3[c]) {
-            return Status(StatusCode::kCorruption, dp + ": chunk " + std::to_string(c) + " (bytes " + std::to_string(begin) +
-                                                       ".." + std::to_string(begin + len) + ", tensors " +
-                                                       format::TensorsInRange(m, begin, begin + len) + ") checksum mismatch");
-          }
-          const uint64_t end = begin + len;
+          // Verify and scatter piece by piece while each piece is in cache. A mismatch is only
+          // known at the end of the chunk: targets may then hold unverified bytes, which the
+          // contract allows (a failed restore leaves targets unspecified; a fallback rewrites all).
+          XXH3_state_t* hash = restore_hash.get();
+          XXH3_64bits_reset(hash);
           auto first = std::lower_bound(dest.begin(), dest.end(), begin, [](const Destination& d, uint64_t b) {
             return d.info->offset + d.info->nbytes <= b;
           });
-          for (auto it = first; it != dest.end() && it->info->offset < end; ++it) {
-            const uint64_t from = std::max(begin, it->info->offset);
-            const uint64_t to = std::min(end, it->info->offset + it->info->nbytes);
-            if (to > from) std::memcpy(it->data + (from - it->info->offset), slot->data + (from - begin), to - from);
+          for (uint64_t piece = begin; piece < begin + len; piece += kHashPiece) {
+            const uint64_t piece_end = std::min(begin + len, piece + kHashPiece);
+            XXH3_64bits_update(hash, slot->data + (piece - begin), piece_end - piece);
+            for (auto it = first; it != dest.end() && it->info->offset < piece_end; ++it) {
+              const uint64_t from = std::max(piece, it->info->offset);
+              const uint64_t to = std::min(piece_end, it->info->offset + it->info->nbytes);
+              if (to > from) std::memcpy(it->data + (from - it->info->offset), slot->data + (from - begin), to - from);
+              if (it->info->offset + it->info->nbytes <= piece_end) first = it + 1;
+            }
+          }
+          if (XXH3_64bits_digest(hash) != m.chunk_xxh3[c]) {
+            return Status(StatusCode::kCorruption, dp + ": chunk " + std::to_string(c) + " (bytes " + std::to_string(begin) +
+                                                       ".." + std::to_string(begin + len) + ", tensors " +
+                                                       format::TensorsInRange(m, begin, begin + len) + ") checksum mismatch");
           }
           return Status::OK();
         });

@@ -49,6 +49,9 @@ class FaultFile final : public File {
     return Status::OK();
   }
   Status truncate(uint64_t s) override { return base_->truncate(s); }
+  // Reservations are passed through without touching space_left, so that ENOSPC tests hit the
+  // write path itself (as on file systems without fallocate).
+  Status allocate(uint64_t s) override { return base_->allocate(s); }
   Status size(uint64_t* s) override { return base_->size(s); }
   Status close() override { return base_->close(); }
 
