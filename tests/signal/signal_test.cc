@@ -3,6 +3,8 @@
 #include "preempt/signal.h"
 
 #include <gtest/gtest.h>
+
+#include <cerrno>
 #include <poll.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -23,7 +25,12 @@ int64_t NowNs(clockid_t clk) {
 
 bool WaitReadable(int fd, int timeout_ms) {
   pollfd p{fd, POLLIN, 0};
-  return poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN);
+  int rc;
+  // The very signal being waited for may interrupt poll (EINTR): poll again.
+  do {
+    rc = poll(&p, 1, timeout_ms);
+  } while (rc < 0 && errno == EINTR);
+  return rc == 1 && (p.revents & POLLIN);
 }
 
 class SignalTest : public ::testing::Test {
