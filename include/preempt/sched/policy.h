@@ -2,8 +2,8 @@
 //
 // Decide() takes one snapshot of a cluster (nodes with GPU slots, pending and running jobs with
 // their hints) and returns what to do now: which jobs to start, which to preempt and how
-// (checkpoint-then-evict, or evict now), each with a one-line reason, plus an estimated wait and
-// a suggestion for each blocked high-priority job. It is a pure function of its inputs: the
+// (checkpoint-then-evict, or evict now), each with a one-line reason, plus an estimated wait for
+// each high-priority job left pending and a suggestion when that wait is too long. It is a pure function of its inputs: the
 // simulator, the `plan` CLI and the `run` launcher all call it and execute its decisions.
 //
 // Policies: kHintAware (this project), and two baselines for comparison: kFcfs (first come first
@@ -33,8 +33,10 @@ const char* PolicyKindName(PolicyKind k);  // "fcfs" | "k8s" | "hint"
 
 struct PolicyConfig {
   PolicyKind kind = PolicyKind::kHintAware;
-  // Priority values (wide gaps, as Kubernetes PriorityClasses) and whether a class may preempt
-  // lower classes (false = "Never" preemption policy).
+  // Priority values (wide gaps, as the Kubernetes PriorityClasses in examples/k8s) and whether a
+  // class may preempt lower classes (false = "Never" preemption policy). Decide() compares
+  // classes; the values record the mapping to cluster priorities (`plan --k8s` maps a pod's
+  // spec.priority to a class with the default values).
   int64_t priority_value[kNumClasses] = {1, 100, 1000000};
   bool preempts_lower[kNumClasses] = {false, true, true};
 
@@ -59,8 +61,8 @@ struct PolicyConfig {
 enum class JobPhase {
   kPending,        // waiting to start (or to restart after preemption)
   kRunning,
-  kCheckpointing,  // asked to checkpoint; its GPUs are promised to `preemptor`
-  kEvicting,       // told to stop; its GPUs are promised to `preemptor`
+  kCheckpointing,  // asked to checkpoint; its GPUs are promised to `preemptor` ("" = headroom refill)
+  kEvicting,       // told to stop; its GPUs are promised to `preemptor` ("" = headroom refill)
 };
 const char* JobPhaseName(JobPhase p);
 
