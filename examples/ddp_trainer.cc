@@ -32,7 +32,8 @@ struct Args {
   int rank = 0, world = 1;
   std::string rendezvous, dir, loss_log, hints;
   int64_t steps = 100, every = 0, check_every = 1;
-  int sleep_ms = 0, sleep_before_ms = 0, extra_mib = 0;
+  int sleep_ms = 0, sleep_before_ms = 0, extra_mib = 0, staging_buffers = 2;
+  bool pipelined = false;
   int stuck_rank = -1;
   int64_t stuck_step = -1;
 };
@@ -53,6 +54,8 @@ Args Parse(int argc, char** argv) {
     else if (k == "--sleep-ms") a.sleep_ms = std::stoi(v);
     else if (k == "--sleep-before-ms") a.sleep_before_ms = std::stoi(v);
     else if (k == "--extra-mib") a.extra_mib = std::stoi(v);
+    else if (k == "--staging-buffers") a.staging_buffers = std::stoi(v);
+    else if (k == "--pipelined") a.pipelined = v == "1";
     else if (k == "--stuck-rank") a.stuck_rank = std::stoi(v);
     else if (k == "--stuck-step") a.stuck_step = std::stoll(v);
     else {
@@ -117,6 +120,8 @@ int main(int argc, char** argv) {
   ro.every_steps = a.every;
   ro.hints_path = a.hints;
   ro.coord.check_every = a.check_every;
+  ro.staging_buffers = a.staging_buffers;
+  ro.coord.pipelined = a.pipelined;
   preempt::Runtime rt(ro);
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   if (a.world > 1) {
@@ -144,6 +149,8 @@ int main(int argc, char** argv) {
   FILE* loss_log = nullptr;
   if (a.rank == 0 && !a.loss_log.empty()) loss_log = std::fopen(a.loss_log.c_str(), "a");
 
+  double step_end_s = 0;
+  int64_t step_ends = 0;
   for (; step < a.steps; ++step) {
     auto idx = sampler.next(32);
     if (!idx || idx->size() < 32) {
@@ -182,7 +189,10 @@ int main(int argc, char** argv) {
       std::ofstream(a.dir + "/.rank" + std::to_string(a.rank) + ".progress") << step << "\n";
     }
     if (a.sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.sleep_ms));
+    auto se0 = std::chrono::steady_clock::now();
     preempt::Action act = rt.step_end(step);
+    step_end_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - se0).count();
+    ++step_ends;
     if (act == preempt::Action::kStop) {
       std::printf("rank %d stopped after step %lld committed=%d signal_to_commit_s=%.3f\n", a.rank,
                   static_cast<long long>(step), rt.stats().stop_committed ? 1 : 0, rt.stats().signal_to_commit_s);
@@ -199,6 +209,10 @@ int main(int argc, char** argv) {
     for (auto& p : model->parameters()) sum += p.sum().item<double>();
     std::printf("rank %d final %s\n", a.rank, Hex(sum).c_str());
   }
+  const auto& cs = rt.stats().coord;
+  std::printf("rank %d step_end_mean_us %.2f coord_checks %lld mean_check_us %.2f max_check_us %.2f\n", a.rank,
+              step_ends ? step_end_s / step_ends * 1e6 : 0.0, static_cast<long long>(cs.checks),
+              cs.mean_check_s() * 1e6, cs.max_check_s * 1e6);
   int code = rt.exit_code();
   std::printf("rank %d exit %d\n", a.rank, code);
   std::fflush(stdout);

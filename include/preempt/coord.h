@@ -21,6 +21,7 @@
 // Drain's add/drain may be called from different threads (internally locked).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,6 +47,16 @@ class Collective {
   // that will never answer; the process is expected to exit soon.
   virtual void abandon() {}
   virtual std::string name() const = 0;
+
+  // Asynchronous variant for the pipelined schedule: starts the reduction of `values` (which must
+  // stay valid until wait returns) and returns at once. wait() blocks until done or `deadline`.
+  class Pending {
+   public:
+    virtual ~Pending() = default;
+    virtual Status wait(Deadline deadline) = 0;
+  };
+  // Default: runs the blocking allreduce_max now and returns a completed handle.
+  virtual std::unique_ptr<Pending> allreduce_max_async(int64_t* values, int n);
 };
 
 // A single-process job: allreduce is the identity.
@@ -73,6 +84,11 @@ struct CoordOptions {
   int64_t check_every = 1;
   // Bound on one agreement collective when no stop deadline is known yet.
   double collective_timeout_s = 300;
+  // Pipelined: the exchange launched at check step s is consumed at the next check step, so its
+  // latency hides behind a step of training; a check step then costs only the launch. The stop
+  // is decided one check period later (at most 2·check_every − 1 steps after the signal).
+  // Every rank must use the same value.
+  bool pipelined = false;
 };
 
 struct StopDecision {
@@ -95,6 +111,8 @@ class StopCoordinator {
  public:
   // `collective` must outlive the coordinator.
   StopCoordinator(Collective* collective, CoordOptions options = {});
+  // Pipelined: waits (bounded) for the exchange still in flight.
+  ~StopCoordinator();
 
   // Called by every rank at the end of every step with what this rank saw locally. Returns at
   // once off the schedule; on a check step it waits for the exchange (bounded by the earlier of
@@ -111,6 +129,9 @@ class StopCoordinator {
   Collective* collective_;
   CoordOptions options_;
   CoordStats stats_;
+  int64_t inflight_values_[3] = {0, 0, 0};
+  std::unique_ptr<Collective::Pending> inflight_;
+  std::chrono::steady_clock::time_point inflight_launched_{};
 };
 
 // Runs every source's drain with one deadline; the first error is returned (all are attempted).

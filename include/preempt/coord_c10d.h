@@ -43,6 +43,7 @@ class C10dCollectiveBase : public Collective {
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
   Status allreduce_max(int64_t* values, int n, Deadline deadline) override;
+  std::unique_ptr<Pending> allreduce_max_async(int64_t* values, int n) override;
   Status barrier(Deadline deadline) override;
   std::string name() const override { return name_; }
 

@@ -86,7 +86,10 @@ struct RuntimeOptions {
   double grace_margin = 1.25;      // grace needed = margin × p95(drain + stall + persist) + 1 s
   int exit_code_preempted = kExitPreempted;
   int exit_code_failed = kExitStopFailed;
-  int staging_buffers = 2;
+  int staging_buffers = 2;         // 1: less memory, but a save must finish before the next snapshot
+  // Allocate and pre-fault the staging buffers at the end of the first step (optimizer state
+  // exists then), so the stop path never pays for the allocation (it can take seconds on a VM).
+  bool reserve_staging = true;
   int gpus = 0;                    // hints "gpus"
   IoBackend io_backend = IoBackend::kAuto;
   DirectIo direct_io = DirectIo::kAuto;

@@ -69,6 +69,39 @@ Status C10dCollectiveBase::allreduce_max(int64_t* values, int n, Deadline deadli
   return WaitWork(work, deadline, name_ + " allreduce(MAX)");
 }
 
+namespace {
+class C10dPending : public Collective::Pending {
+ public:
+  C10dPending(at::Tensor t, c10::intrusive_ptr<c10d::Work> w, Status st, std::string what)
+      : tensor_(std::move(t)), work_(std::move(w)), start_status_(std::move(st)), what_(std::move(what)) {}
+  Status wait(Deadline deadline) override {
+    if (!start_status_.ok()) return start_status_;
+    return WaitWork(work_, deadline, what_);
+  }
+
+ private:
+  at::Tensor tensor_;  // keeps the reduced buffer's view alive while the work runs
+  c10::intrusive_ptr<c10d::Work> work_;
+  Status start_status_;
+  std::string what_;
+};
+}  // namespace
+
+std::unique_ptr<Collective::Pending> C10dCollectiveBase::allreduce_max_async(int64_t* values, int n) {
+  at::Tensor t = torch::from_blob(values, {n}, torch::kInt64);
+  std::vector<at::Tensor> tensors{t};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = c10d::ReduceOp::MAX;
+  c10::intrusive_ptr<c10d::Work> work;
+  Status st;
+  try {
+    work = allreduce_(tensors, opts);
+  } catch (const std::exception& e) {
+    st = Status(StatusCode::kAborted, name_ + " allreduce(MAX) could not start: " + FirstLine(e.what()));
+  }
+  return std::make_unique<C10dPending>(t, std::move(work), st, name_ + " allreduce(MAX)");
+}
+
 Status C10dCollectiveBase::barrier(Deadline deadline) {
   c10::intrusive_ptr<c10d::Work> work;
   try {

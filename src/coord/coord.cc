@@ -14,6 +14,25 @@ Status Collective::barrier(Deadline deadline) {
   return allreduce_max(&v, 1, deadline);
 }
 
+namespace {
+class DonePending : public Collective::Pending {
+ public:
+  explicit DonePending(Status st) : st_(std::move(st)) {}
+  Status wait(Deadline) override { return st_; }
+
+ private:
+  Status st_;
+};
+}  // namespace
+
+std::unique_ptr<Collective::Pending> Collective::allreduce_max_async(int64_t* values, int n) {
+  return std::make_unique<DonePending>(allreduce_max(values, n, Deadline::InSeconds(300)));
+}
+
+StopCoordinator::~StopCoordinator() {
+  if (inflight_) (void)inflight_->wait(Deadline::InSeconds(5));
+}
+
 StopCoordinator::StopCoordinator(Collective* collective, CoordOptions options)
     : collective_(collective), options_(options) {
   if (options_.check_every < 1) options_.check_every = 1;
@@ -35,7 +54,33 @@ Status StopCoordinator::check(int64_t step, bool local_stop, bool local_checkpoi
   }
   int64_t v[3] = {local_stop ? 1 : 0, local_checkpoint ? 1 : 0, remaining_ms};
   Deadline bound = local_deadline.min(Deadline::InSeconds(options_.collective_timeout_s));
-  Status st = collective_->allreduce_max(v, 3, bound);
+  Status st;
+  if (!options_.pipelined) {
+    st = collective_->allreduce_max(v, 3, bound);
+  } else {
+    // Consume the exchange launched at the previous check step (all ranks launched it at the
+    // same step), then launch this step's. The first check step only launches.
+    bool have = false;
+    if (inflight_) {
+      st = inflight_->wait(bound);
+      inflight_.reset();
+      have = true;
+    }
+    int64_t mine[3] = {v[0], v[1], v[2]};
+    if (have) std::copy(inflight_values_, inflight_values_ + 3, v);
+    else v[0] = v[1] = 0, v[2] = kNoDeadline;
+    if (have && v[2] != kNoDeadline) {
+      // The remaining time was measured when the exchange was launched.
+      auto left = std::chrono::milliseconds(-v[2]) - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                         std::chrono::steady_clock::now() - inflight_launched_);
+      v[2] = -std::max<int64_t>(0, left.count());
+    }
+    if (st.ok() && !(have && v[0] != 0)) {
+      std::copy(mine, mine + 3, inflight_values_);
+      inflight_launched_ = std::chrono::steady_clock::now();
+      inflight_ = collective_->allreduce_max_async(inflight_values_, 3);
+    }
+  }
   double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats_.checks++;
   stats_.last_check_s = dt;

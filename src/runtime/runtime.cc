@@ -89,6 +89,7 @@ Runtime::~Runtime() {
     // about to end: leave them (their .tmp directory is removed at the next start).
     (void)store_.release();
     (void)state_.release();
+    (void)coord_.release();
   } else {
     reap(true, stopped_ ? StopDeadline() : Deadline::Never());
   }
@@ -255,6 +256,16 @@ Action Runtime::step_end(int64_t step) {
   stats_.steps++;
   hints_.step = step + 1;
   reap(false, Deadline::Never());
+  if (options_.reserve_staging && stats_.steps == 1) {
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+      state_->reserve();
+      PREEMPT_LOG_INFO("staging reserved: %d buffer(s) of %.1f MiB in %.3f s", options_.staging_buffers,
+                       state_->state_bytes() / 1048576.0, SecondsSince(t0));
+    } catch (const std::exception& e) {
+      PREEMPT_LOG_WARN("could not reserve staging now (it will be allocated at the first checkpoint): %s", e.what());
+    }
+  }
 
   // What this rank saw; sticky until the next exchange.
   bool local_stop = StopRequested();

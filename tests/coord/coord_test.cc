@@ -37,22 +37,23 @@ struct Job {
 };
 
 Job Launch(const TempDir& dir, const std::string& mode, int world, const std::vector<std::string>& env,
-           const std::string& every = "1", const std::string& steps = "100000") {
+           const std::string& every = "1", const std::string& steps = "100000", const std::string& pipe = "sync") {
   Job job;
   std::string store = dir / "store";
   for (int r = 0; r < world; ++r) {
     std::string out = dir / ("rank" + std::to_string(r) + ".out");
     job.outs.push_back(out);
-    job.pids.push_back(SpawnProcess({Worker(), mode, std::to_string(r), std::to_string(world), store, out, every, steps},
+    job.pids.push_back(SpawnProcess({Worker(), mode, std::to_string(r), std::to_string(world), store, out, every, steps, pipe},
                                     out + ".log", env));
   }
   for (auto& o : job.outs) EXPECT_TRUE(WaitForFile(o + ".ready", 60)) << o;
   return job;
 }
 
-void AgreeOnce(int world, int every, unsigned seed) {
+void AgreeOnce(int world, int every, unsigned seed, bool pipelined = false) {
   TempDir dir("coord");
-  Job job = Launch(dir, "agree", world, {"PREEMPT_GRACE_S=20"}, std::to_string(every));
+  Job job = Launch(dir, "agree", world, {"PREEMPT_GRACE_S=20"}, std::to_string(every), "100000",
+                   pipelined ? "pipelined" : "sync");
   std::mt19937 rng(seed);
   int victim = static_cast<int>(rng() % world);
   int64_t at = 3 + rng() % 20;
@@ -76,7 +77,7 @@ void AgreeOnce(int world, int every, unsigned seed) {
     EXPECT_EQ(step, stop_step) << "rank " << r << " stopped at a different step";
   }
   EXPECT_GE(stop_step, at);
-  EXPECT_LE(stop_step, at + every + 2);
+  EXPECT_LE(stop_step, at + (pipelined ? 2 * every : every) + 2);
 }
 
 TEST(CoordGloo, TwoRanksAgreeWhenOneRankIsSignalled) { AgreeOnce(2, 1, 1); }
@@ -85,6 +86,10 @@ TEST(CoordGloo, FourRanksAgreeWhenOneRankIsSignalled) {
   AgreeOnce(4, 1, 3);
 }
 TEST(CoordGloo, CheckEveryKStepsAgreesOnAScheduledStep) { AgreeOnce(2, 4, 4); }
+TEST(CoordGloo, PipelinedAgreementStopsTogether) {
+  AgreeOnce(2, 1, 5, true);
+  AgreeOnce(4, 3, 6, true);
+}
 
 TEST(CoordGloo, StuckRankHitsTheDeadlineWithoutHanging) {
   TempDir dir("coord-stuck");
@@ -102,16 +107,18 @@ TEST(CoordGloo, StuckRankHitsTheDeadlineWithoutHanging) {
 }
 
 TEST(CoordGloo, PerStepCheckCost) {
-  for (std::string every : {"1", "10"}) {
+  for (auto [every, pipe] : std::vector<std::pair<std::string, std::string>>{
+           {"1", "sync"}, {"10", "sync"}, {"1", "pipelined"}, {"10", "pipelined"}}) {
     TempDir dir("coord-bench");
-    Job job = Launch(dir, "bench", 2, {}, every, "2000");
+    Job job = Launch(dir, "bench", 2, {}, every, "1000", pipe);
     for (int r = 0; r < 2; ++r) ASSERT_EQ(ExitCode(WaitProcess(job.pids[r], 120)), 0);
     std::string text = ReadFileOrDie(job.outs[0]);
     std::istringstream is(text);
     std::string w;
     double mean_us = 0;
     is >> w >> mean_us;
-    std::printf("gloo 2 ranks, check_every=%s: %s", every.c_str(), text.c_str());
+    std::printf("gloo 2 ranks, check_every=%s %s (per step, 1 ms compute between): %s", every.c_str(), pipe.c_str(),
+                text.c_str());
     EXPECT_GT(mean_us, 0);
     EXPECT_LT(mean_us, 20000) << "a per-step check must stay cheap";
   }
