@@ -34,15 +34,17 @@ launch() {  # launch <name> <ckpt dir> <loss file>
   pids=()
   for ((r = 0; r < world; r++)); do
     "$trainer" --rank $r --world "$world" --rendezvous "$work/rdzv-$name" --dir "$ck" --steps "$steps" \
-      --every 25 --sleep-ms 20 --loss-log "$loss" --hints "$work/hints.json" > "$work/$name.rank$r.log" 2>&1 &
+      --every 25 --sleep-ms 20 --loss-log "$loss" --hints "$work/hints-$name.json" > "$work/$name.rank$r.log" 2>&1 &
     pids+=($!)
   done
 }
-wait_all() { local rc=0 p codes=(); for p in "${pids[@]}"; do wait "$p" && codes+=(0) || codes+=($?); done; echo "${codes[*]}"; }
+# Not in a $(...) subshell: only this shell can wait for its children. Sets $codes.
+wait_all() { local p rc list=(); for p in "${pids[@]}"; do rc=0; wait "$p" || rc=$?; list+=("$rc"); done; codes="${list[*]}"; }
 
 echo "== 1. reference run (never interrupted)"
 launch ref "$work/ckpt-ref" "$work/loss-ref.txt"
-echo "   exit codes: $(wait_all)"
+wait_all
+echo "   exit codes: $codes"
 
 echo "== 2. same job; SIGTERM to rank $((world - 1)) only, after step $kill_at"
 launch run1 "$work/ckpt" "$work/loss.txt"
@@ -50,16 +52,17 @@ victim=${pids[$((world - 1))]}
 until [[ -s "$work/ckpt/.rank$((world - 1)).progress" && $(cat "$work/ckpt/.rank$((world - 1)).progress") -ge $kill_at ]]; do sleep 0.01; done
 t0=$(date +%s.%N)
 kill -TERM "$victim"
-codes=$(wait_all)
+wait_all
 t1=$(date +%s.%N)
 echo "   exit codes: $codes (143 = stopped with a committed checkpoint), $(python3 -c "print(f'{$t1-$t0:.2f}')") s after SIGTERM"
 grep -h "stop agreed\|stop checkpoint\|stopped after" "$work"/run1.rank*.log | sed 's/^/   /'
 echo "   on disk: $(ls "$work/ckpt" | tr '\n' ' ')"
-echo "   hints:   $(cat "$work/hints.json")"
+echo "   hints:   $(cat "$work/hints-run1.json")"
 
 echo "== 3. relaunch: resume from the committed step"
 launch run2 "$work/ckpt" "$work/loss.txt"
-echo "   exit codes: $(wait_all)"
+wait_all
+echo "   exit codes: $codes"
 grep -h "start step" "$work"/run2.rank*.log | sed 's/^/   /'
 
 echo "== loss curve (step, interrupted+resumed vs reference), around the stop:"
