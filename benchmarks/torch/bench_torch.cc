@@ -3,6 +3,8 @@
 //   bench_torch [--sizes 1,4] [--dir DIR] [--json PATH] [--quick] [--reps N] [--no-torch-save]
 //               [--train-steps N] [--train-every K]
 //
+// Each figure is the best of --reps repetitions (torch::save/load: one run each).
+//
 // For each size (GiB of model + Adam state; --quick: 64 MiB):
 //   copy      plain memcpy of the same tensors into pre-allocated, pre-faulted memory (the floor)
 //   stall     TrainingState::snapshot() with warm staging: the part that blocks training
@@ -120,6 +122,9 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
 }
+// Timings of a shared machine only ever get slower than the machine: take the best repetition,
+// for preempt and for the references alike.
+double Best(const std::vector<double>& v) { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
 
 bool DropCaches() {
   sync();
@@ -264,7 +269,7 @@ int main(int argc, char** argv) {
         copy_s.push_back(Since(t0));
       }
     }
-    const double copy = Median(copy_s);
+    const double copy = Best(copy_s);
     j.num(L + ".copy_s", copy);
     printf("  plain copy          %8.3f s  (%.2f GB/s)\n", copy, bytes / copy / 1e9);
 
@@ -288,12 +293,12 @@ int main(int argc, char** argv) {
       persist_s.push_back(h->stats().total_s);
       backend = h->stats().backend;
     }
-    const double stall = Median(stall_s), persist = Median(persist_wall_s);
+    const double stall = Best(stall_s), persist = Best(persist_wall_s);
     j.num(L + ".stall_s", stall);
     j.num(L + ".stall_over_copy", stall / copy);
     j.num(L + ".persist_s", persist);
     j.num(L + ".persist_gbps", bytes / persist / 1e9);
-    j.num(L + ".persist_store_total_s", Median(persist_s));
+    j.num(L + ".persist_store_total_s", Best(persist_s));
     j.str(L + ".backend", backend);
     printf("  snapshot stall      %8.3f s  (%.2f x plain copy)\n", stall, stall / copy);
     printf("  persist (to COMMIT) %8.3f s  (%.2f GB/s, %s)\n", persist, bytes / persist / 1e9, backend.c_str());
@@ -309,7 +314,7 @@ int main(int argc, char** argv) {
       restore_s.push_back(Since(t0));
       if (!step) Die("restore found nothing");
     }
-    const double restore = Median(restore_s);
+    const double restore = Best(restore_s);
     j.num(L + ".restore_s", restore);
     j.num(L + ".restore_gbps", bytes / restore / 1e9);
     j.str(L + ".restore_cache", cache);
@@ -401,15 +406,22 @@ int main(int argc, char** argv) {
       *ckpt_stall_total += 0;
       return opt.train_steps / secs;
     };
+    // Interleaved rounds (without, with) cancel slow drift of a shared machine; the overhead is
+    // 1 - median(with/without). The deterministic part, the stall, is reported as a fraction too.
+    const int rounds = opt.quick ? 1 : 3;
+    std::vector<double> ratios, offs, ons, stall_fracs;
     double stall_total = 0;
     int64_t taken = 0, skipped = 0;
-    // Interleave to cancel drift: off, on, off, on; best of each.
-    double off1 = run(false, &stall_total, &taken, &skipped);
-    double on1 = run(true, &stall_total, &taken, &skipped);
-    double off2 = run(false, &stall_total, &taken, &skipped);
-    double on2 = run(true, &stall_total, &taken, &skipped);
-    const double off = std::max(off1, off2), on = std::max(on1, on2);
-    const double overhead = 1.0 - on / off;
+    for (int r = 0; r < rounds; ++r) {
+      double off = run(false, &stall_total, &taken, &skipped);
+      double on = run(true, &stall_total, &taken, &skipped);
+      offs.push_back(off);
+      ons.push_back(on);
+      ratios.push_back(on / off);
+      stall_fracs.push_back(stall_total * on / opt.train_steps);  // stall seconds / run seconds
+    }
+    const double off = Median(offs), on = Median(ons);
+    const double overhead = 1.0 - Median(ratios);
     j.num("train.steps", opt.train_steps);
     j.num("train.every", opt.train_every);
     j.num("train.state_bytes", static_cast<double>(train_bytes));
@@ -419,8 +431,11 @@ int main(int argc, char** argv) {
     j.num("train.checkpoints", static_cast<double>(taken));
     j.num("train.skipped", static_cast<double>(skipped));
     j.num("train.stall_s_per_checkpoint", taken ? stall_total / taken : 0);
-    printf("  steps/s without %.2f, with %.2f -> overhead %.2f %% (%lld checkpoints, %lld skipped)\n", off, on,
-           overhead * 100, static_cast<long long>(taken), static_cast<long long>(skipped));
+    j.num("train.stall_fraction", Median(stall_fracs));
+    j.num("train.rounds", rounds);
+    printf("  steps/s without %.2f, with %.2f -> overhead %.2f %% (median of %d rounds; %lld checkpoints/run, "
+           "%lld skipped; stall %.4f %% of the run)\n", off, on, overhead * 100, rounds, static_cast<long long>(taken),
+           static_cast<long long>(skipped), Median(stall_fracs) * 100);
     targets.push_back({"periodic checkpoint throughput overhead", overhead, "<= 0.01", overhead <= 0.01});
     fs::remove_all(root);
   }

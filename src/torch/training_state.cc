@@ -273,7 +273,11 @@ template <class Map>
 auto StateKey(const at::Tensor& p) {
   using Key = typename std::decay_t<Map>::key_type;
   if constexpr (std::is_same_v<Key, std::string>) {
-    return c10::guts::to_string(p.unsafeGetTensorImpl());
+    // LibTorch 1.x keys state by the TensorImpl address as text (c10::guts::to_string); 2.x by
+    // the address itself.
+    std::ostringstream os;
+    os << static_cast<const void*>(p.unsafeGetTensorImpl());
+    return os.str();
   } else {
     return static_cast<Key>(p.unsafeGetTensorImpl());
   }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <random>
@@ -77,7 +78,7 @@ TEST(ExactResume, KilledAndResumedTrainingIsBitwiseEqual) {
   ASSERT_EQ(Wait(Launch(Args(d, "ref", total))), 0) << "reference trainer failed";
 
   std::mt19937 rng(std::random_device{}());
-  std::uniform_int_distribution<int64_t> pick(11, total - 1);
+  std::uniform_int_distribution<int64_t> pick(31, total - 1);
   std::vector<int64_t> kills = {pick(rng), pick(rng), pick(rng)};
   std::sort(kills.begin(), kills.end());
   std::ostringstream plan;
@@ -132,6 +133,28 @@ TEST(ExactResume, KilledAndResumedTrainingIsBitwiseEqual) {
     replayed += bits.size() - 1;
   }
   EXPECT_GT(replayed, 0u) << "no step was replayed: the kills did not interrupt anything";
+
+  // Each relaunch resumed from a checkpoint, not from scratch: checkpoints every 10 steps, the
+  // trainer waits for the older of two in-flight saves, so after a kill at step k >= 31 the
+  // newest commit is at most 3 intervals behind.
+  std::vector<int64_t> starts;
+  {
+    std::ifstream in(d / "run.losses.starts");
+    int64_t s;
+    while (in >> s) starts.push_back(s);
+  }
+  ASSERT_EQ(starts.size(), static_cast<size_t>(launches + 1));
+  EXPECT_EQ(starts[0], 0);
+  size_t from_checkpoint = 0;
+  for (size_t i = 1; i < starts.size(); ++i) from_checkpoint += starts[i] > 0 ? 1 : 0;
+  EXPECT_GE(from_checkpoint, 3u) << "relaunches did not resume from checkpoints";
+  for (size_t i = 1; i <= kills.size() && i < starts.size(); ++i)
+    EXPECT_GE(starts[i], kills[i - 1] - 30) << "launch " << i << " resumed too far back";
+  std::string resumed;
+  for (auto s : starts) resumed += std::to_string(s) + " ";
+  printf("exact resume: %d interrupted launches (self-kill after steps %s+ one external SIGKILL), resumed at "
+         "steps %s, %zu steps replayed, final state %zu bytes bitwise equal\n",
+         launches, plan.str().c_str(), resumed.c_str(), replayed, ref_final.size());
 }
 
 }  // namespace

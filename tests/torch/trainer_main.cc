@@ -5,7 +5,7 @@
 //   preempt_torch_trainer --dir D --steps N --every K [--die-at S] [--step-delay-ms MS]
 //                         --losses FILE --final FILE
 //
-// --losses gets one line per executed step: "<step> <loss bits as hex>" (appended, flushed).
+// --losses gets one line per executed step (and <losses>.starts the step each launch resumed at): "<step> <loss bits as hex>" (appended, flushed).
 // --final gets the raw bytes of every parameter, Adam's state, the lr and the CPU RNG state,
 // written without preempt so that the test does not trust the code it tests.
 #include <signal.h>
@@ -99,6 +99,9 @@ int main(int argc, char** argv) {
   preempt::Store store(so);
   pt::TrainingStateOptions to;
   to.every_steps = every;
+  // Wait for the older save rather than skipping: every checkpoint is taken, so a kill lands
+  // after a known amount of progress (the default kSkip is exercised by the unit tests).
+  to.when_busy = pt::WhenBusy::kWait;
   pt::TrainingState state(to);
   state.track("model", net);
   state.track("optim", opt);
@@ -115,6 +118,10 @@ int main(int argc, char** argv) {
   }
   if (step == 0) sampler.reset();
   fprintf(stderr, "trainer: starting at step %lld\n", static_cast<long long>(step));
+  if (FILE* starts = fopen((losses_path + ".starts").c_str(), "a")) {
+    fprintf(starts, "%lld\n", static_cast<long long>(step));
+    fclose(starts);
+  }
 
   FILE* losses = fopen(losses_path.c_str(), "a");
   if (!losses) return 4;
@@ -153,7 +160,7 @@ int main(int argc, char** argv) {
       fprintf(stderr, "trainer: checkpoint failed: %s\n", e.what());
       return 5;
     }
-    if (step == die_at) raise(SIGKILL);
+    if (die_at >= 0 && step >= die_at) raise(SIGKILL);
     if (delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   }
   fclose(losses);
