@@ -112,6 +112,46 @@ TEST(SchedRun, CheckpointThenEvictTheCheaperVictimAndResume) {
   EXPECT_EQ(log.back(), "done 50") << joined;
 }
 
+// A victim without hints is evicted at once (unknown cost, no request); one that ignores SIGTERM
+// is killed after its grace period, requeued, and relaunched after the high job.
+TEST(SchedRun, NoHintsEvictNowAndSigkillAfterGrace) {
+  TempDir dir;
+  std::vector<RunJobSpec> jobs(2);
+  jobs[0].id = "stubborn";
+  jobs[0].cls = PriorityClass::kLow;
+  jobs[0].grace_s = 0.5;
+  jobs[0].argv = {"/bin/sh", "-c", "trap '' TERM; exec sleep 1"};
+  jobs[1].id = "urgent";
+  jobs[1].cls = PriorityClass::kHigh;
+  jobs[1].submit_after_s = 0.3;
+  jobs[1].argv = {"/bin/true"};
+  RunOptions opt;
+  opt.work_dir = dir.path();
+  opt.slots = 1;
+  opt.timeout_s = 30;
+  opt.policy.min_runtime_s = 0;
+  opt.policy.cooldown_s = 0;
+  std::vector<RunEvent> ev;
+  ASSERT_TRUE(RunJobs(jobs, opt, &ev).ok());
+  std::string all;
+  for (const auto& e : ev) all += std::to_string(e.t) + " " + e.kind + " " + e.job + " " + e.detail + "\n";
+  EXPECT_EQ(IndexOf(ev, "request", "stubborn"), -1) << all;
+  int evict = IndexOf(ev, "evict", "stubborn");
+  int kill = IndexOf(ev, "kill", "stubborn");
+  int gone = IndexOf(ev, "preempted", "stubborn");
+  int start = IndexOf(ev, "start", "urgent");
+  ASSERT_GE(evict, 0) << all;
+  EXPECT_NE(ev[evict].detail.find("no fresh hints"), std::string::npos) << all;
+  ASSERT_GE(kill, 0) << all;
+  EXPECT_GE(ev[kill].t - ev[evict].t, 0.45) << all;
+  EXPECT_LT(evict, kill);
+  EXPECT_LT(kill, gone);
+  EXPECT_LT(gone, start);
+  EXPECT_GE(IndexOf(ev, "start", "stubborn", 1), start) << all;
+  EXPECT_GE(IndexOf(ev, "done", "stubborn"), 0) << all;
+  EXPECT_GE(IndexOf(ev, "done", "urgent"), 0) << all;
+}
+
 TEST(SchedRun, SpecErrors) {
   TempDir dir;
   std::vector<RunJobSpec> jobs(1);
