@@ -91,6 +91,7 @@ double FioWriteGBps(const std::string& dir, int mib) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
   std::string json_path, dir = std::getenv("PREEMPT_BENCH_DIR") ? std::getenv("PREEMPT_BENCH_DIR") : "/tmp/preempt-bench";
   bool quick = std::getenv("PREEMPT_BENCH_QUICK") != nullptr;
   std::string sizes_arg;

@@ -208,6 +208,7 @@ class Runtime {
   std::chrono::steady_clock::time_point last_commit_time_{};
   bool stopped_ = false;
   bool want_checkpoint_ = false;
+  bool grace_warned_ = false;
   bool handlers_installed_ = false;
   bool restored_ = false;
 };

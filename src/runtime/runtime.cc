@@ -216,6 +216,7 @@ int64_t Runtime::restore() {
   double needed = 0;
   if (costs_.count() > 0) {
     if (!checkpoint_fits(grace_.grace_s - grace_.reserve_s, &needed)) {
+      grace_warned_ = true;
       PREEMPT_LOG_WARN("grace period %.1f s (%s) minus reserve %.1f s is shorter than the %.1f s a stop checkpoint "
                        "needs (measured p95 × %.2f + 1 s): a preemption will keep the last committed checkpoint",
                        grace_.grace_s, grace_.grace_source.c_str(), grace_.reserve_s, needed, options_.grace_margin);
@@ -355,6 +356,13 @@ void Runtime::reap(bool block, Deadline deadline) {
       }
       PREEMPT_LOG_INFO("checkpoint step %lld durable: %.1f MiB, stall %.3f s, persist %.3f s (%s)",
                        static_cast<long long>(p.step), ss.bytes / 1048576.0, p.stall_s, ss.total_s, ss.backend.c_str());
+      double needed = 0;
+      if (!grace_warned_ && !checkpoint_fits(grace_.grace_s - grace_.reserve_s, &needed)) {
+        grace_warned_ = true;
+        PREEMPT_LOG_WARN("grace period %.1f s (%s) minus reserve %.1f s is shorter than the %.1f s a stop checkpoint "
+                         "needs (measured p95 × %.2f + 1 s): a preemption will keep the last committed checkpoint",
+                         grace_.grace_s, grace_.grace_source.c_str(), grace_.reserve_s, needed, options_.grace_margin);
+      }
     } else {
       PREEMPT_LOG_ERROR("checkpoint step %lld failed: %s", static_cast<long long>(p.step), st.ToString().c_str());
     }

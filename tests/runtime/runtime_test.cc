@@ -32,6 +32,7 @@ struct JobSpec {
   int stuck_rank = -1;
   int64_t stuck_step = -1;
   std::string hints;
+  bool pipelined = false;
   std::vector<std::string> env = {"PREEMPT_GRACE_S=20"};
 };
 
@@ -59,6 +60,7 @@ Job Launch(const TempDir& tmp, const std::string& name, const std::string& ckpt,
       argv.insert(argv.end(), {"--stuck-rank", std::to_string(s.stuck_rank), "--stuck-step", std::to_string(s.stuck_step)});
     }
     if (!s.hints.empty()) argv.insert(argv.end(), {"--hints", s.hints});
+    if (s.pipelined) argv.insert(argv.end(), {"--pipelined", "1"});
     job.logs.push_back(log);
     job.pids.push_back(SpawnProcess(argv, log, s.env));
   }
@@ -149,10 +151,11 @@ std::string ReferenceRun(const TempDir& tmp, JobSpec s) {
   return Final(ref.logs[0]);
 }
 
-void PreemptAndResume(int world, unsigned seed) {
+void PreemptAndResume(int world, unsigned seed, bool pipelined = false) {
   TempDir tmp("rt");
   JobSpec s;
   s.world = world;
+  s.pipelined = pipelined;
   s.every = 10;
   std::string ref_final = ReferenceRun(tmp, s);
   ASSERT_FALSE(ref_final.empty());
@@ -196,6 +199,7 @@ void PreemptAndResume(int world, unsigned seed) {
 
 TEST(Runtime, TwoRanksSigtermToOneRankStopsTogetherAndResumesBitwise) { PreemptAndResume(2, 11); }
 TEST(Runtime, FourRanksSigtermToOneRankStopsTogetherAndResumesBitwise) { PreemptAndResume(4, 12); }
+TEST(Runtime, PipelinedAgreementTwoRanksResumesBitwise) { PreemptAndResume(2, 13, /*pipelined=*/true); }
 
 TEST(Runtime, SigtermTwiceStillCommitsOnce) {
   TempDir tmp("rt2");
@@ -274,6 +278,8 @@ TEST(Runtime, GraceTooShortKeepsThePreviousCheckpoint) {
     EXPECT_LT(waited[r], 5);
   }
   EXPECT_TRUE(LogHas(job.logs[0], "NOT committed")) << ReadFileOrDie(job.logs[0]);
+  // Said ahead of time too: once the first periodic checkpoint measured the cost.
+  EXPECT_TRUE(LogHas(job.logs[0], "is shorter than the")) << ReadFileOrDie(job.logs[0]);
   int committed = 1;
   int64_t stop = StopStep(job.logs[0], &committed);
   EXPECT_EQ(committed, 0);
