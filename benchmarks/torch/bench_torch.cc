@@ -1,7 +1,7 @@
 // bench_torch — preempt::torch::TrainingState against the plain references, in one run.
 //
 //   bench_torch [--sizes 1,4] [--dir DIR] [--json PATH] [--quick] [--reps N] [--no-torch-save]
-//               [--train-steps N] [--train-every K]
+//               [--train-steps N] [--train-every K] [--train-rounds R] [--train-only]
 //
 // Each figure is the best of --reps repetitions (torch::save/load: one run each).
 //
@@ -56,8 +56,10 @@ struct Options {
   bool quick = false;
   int reps = 3;
   bool torch_save = true;
-  int train_steps = 300;
+  int train_steps = 200;
   int train_every = 100;
+  int train_rounds = 5;
+  bool train_only = false;
 };
 
 Options Parse(int argc, char** argv) {
@@ -88,6 +90,10 @@ Options Parse(int argc, char** argv) {
       o.quick = true;
     } else if (a == "--reps") {
       o.reps = std::max(1, std::atoi(next().c_str()));
+    } else if (a == "--train-only") {
+      o.train_only = true;
+    } else if (a == "--train-rounds") {
+      o.train_rounds = std::max(1, std::atoi(next().c_str()));
     } else if (a == "--no-torch-save") {
       o.torch_save = false;
     } else if (a == "--train-steps") {
@@ -96,7 +102,7 @@ Options Parse(int argc, char** argv) {
       o.train_every = std::max(1, std::atoi(next().c_str()));
     } else if (a == "-h" || a == "--help") {
       printf("usage: bench_torch [--sizes 1,4] [--dir DIR] [--json PATH] [--quick] [--reps N] [--no-torch-save]\n"
-             "                   [--train-steps N] [--train-every K]\n");
+             "                   [--train-steps N] [--train-every K] [--train-rounds R] [--train-only]\n");
       exit(0);
     } else {
       Die("unknown argument " + a);
@@ -107,6 +113,7 @@ Options Parse(int argc, char** argv) {
     o.reps = std::min(o.reps, 2);
     o.train_steps = 60;
     o.train_every = 20;
+    o.train_rounds = 1;
   }
   return o;
 }
@@ -222,6 +229,7 @@ int main(int argc, char** argv) {
   j.num("reps", opt.reps);
 
   for (double gib : opt.sizes_gib) {
+    if (opt.train_only) break;
     const std::string L = Label(gib);
     const uint64_t total = static_cast<uint64_t>(gib * (1ull << 30));
     printf("== %s: model+Adam state %.2f GiB\n", L.c_str(), gib);
@@ -245,8 +253,16 @@ int main(int argc, char** argv) {
     j.num(L + ".bytes", static_cast<double>(bytes));
     j.num(L + ".entries", static_cast<double>(state.entry_names().size()));
 
-    // 1. plain copy into pre-allocated, pre-faulted memory (the same tensors, one memcpy each).
-    std::vector<double> copy_s;
+    // 1. + 2. plain copy into pre-allocated, pre-faulted memory (the same tensors, one memcpy
+    // each) and the snapshot stall, interleaved so that both see the same machine. The first
+    // snapshot allocates staging and is reported apart.
+    {
+      auto t0 = Clock::now();
+      preempt::ThrowIfError(state.snapshot(0));
+      j.num(L + ".first_snapshot_s", Since(t0));
+      j.num(L + ".staging_alloc_s", state.stats().last_alloc_s);
+    }
+    std::vector<double> copy_s, stall_s;
     {
       std::vector<at::Tensor> ts;
       for (auto& p : model->parameters()) ts.push_back(p);
@@ -257,7 +273,8 @@ int main(int argc, char** argv) {
         ts.push_back(s.exp_avg_sq());
       }
       preempt::AlignedBuffer dst(bytes + ts.size() * preempt::kIoAlignment, true);
-      for (int r = 0; r < opt.reps; ++r) {
+      const int copy_reps = std::max(opt.reps, 5);
+      for (int r = 0; r < copy_reps; ++r) {
         auto t0 = Clock::now();
         uint64_t off = 0;
         for (auto& t : ts) {
@@ -267,25 +284,22 @@ int main(int argc, char** argv) {
           off += n;
         }
         copy_s.push_back(Since(t0));
+        auto t1 = Clock::now();
+        preempt::ThrowIfError(state.snapshot(r + 1));
+        stall_s.push_back(Since(t1));
       }
     }
     const double copy = Best(copy_s);
     j.num(L + ".copy_s", copy);
-    printf("  plain copy          %8.3f s  (%.2f GB/s)\n", copy, bytes / copy / 1e9);
+    j.num(L + ".copy_s_median", Median(copy_s));
+    j.num(L + ".stall_s_median", Median(stall_s));
+    printf("  plain copy          %8.3f s  (%.2f GB/s; median %.3f s)\n", copy, bytes / copy / 1e9, Median(copy_s));
 
-    // 2. snapshot stall (first one allocates staging; measured ones are warm) + 4. persist.
-    {
-      auto t0 = Clock::now();
-      preempt::ThrowIfError(state.snapshot(0));
-      j.num(L + ".first_snapshot_s", Since(t0));
-      j.num(L + ".staging_alloc_s", state.stats().last_alloc_s);
-    }
-    std::vector<double> stall_s, persist_s, persist_wall_s;
+    // 4. persist: snapshot + submit -> durable COMMIT.
+    std::vector<double> persist_s, persist_wall_s;
     std::string backend;
     for (int r = 0; r < opt.reps; ++r) {
-      auto t0 = Clock::now();
-      preempt::ThrowIfError(state.snapshot(r + 1));
-      stall_s.push_back(Since(t0));
+      preempt::ThrowIfError(state.snapshot(100 + r));
       auto t1 = Clock::now();
       auto h = state.persist_async(store);
       preempt::ThrowIfError(h->wait());
@@ -300,7 +314,8 @@ int main(int argc, char** argv) {
     j.num(L + ".persist_gbps", bytes / persist / 1e9);
     j.num(L + ".persist_store_total_s", Best(persist_s));
     j.str(L + ".backend", backend);
-    printf("  snapshot stall      %8.3f s  (%.2f x plain copy)\n", stall, stall / copy);
+    printf("  snapshot stall      %8.3f s  (%.2f x plain copy; median %.3f s)\n", stall, stall / copy,
+           Median(stall_s));
     printf("  persist (to COMMIT) %8.3f s  (%.2f GB/s, %s)\n", persist, bytes / persist / 1e9, backend.c_str());
     fflush(stdout);
 
@@ -408,7 +423,7 @@ int main(int argc, char** argv) {
     };
     // Interleaved rounds (without, with) cancel slow drift of a shared machine; the overhead is
     // 1 - median(with/without). The deterministic part, the stall, is reported as a fraction too.
-    const int rounds = opt.quick ? 1 : 3;
+    const int rounds = opt.train_rounds;
     std::vector<double> ratios, offs, ons, stall_fracs;
     double stall_total = 0;
     int64_t taken = 0, skipped = 0;
@@ -433,6 +448,9 @@ int main(int argc, char** argv) {
     j.num("train.stall_s_per_checkpoint", taken ? stall_total / taken : 0);
     j.num("train.stall_fraction", Median(stall_fracs));
     j.num("train.rounds", rounds);
+    std::string rs = "[";
+    for (size_t i = 0; i < ratios.size(); ++i) rs += (i ? ", " : "") + std::to_string(ratios[i]);
+    j.raw("train.with_over_without", rs + "]");
     printf("  steps/s without %.2f, with %.2f -> overhead %.2f %% (median of %d rounds; %lld checkpoints/run, "
            "%lld skipped; stall %.4f %% of the run)\n", off, on, overhead * 100, rounds, static_cast<long long>(taken),
            static_cast<long long>(skipped), Median(stall_fracs) * 100);
