@@ -2,7 +2,9 @@
 // Store, strictness, error messages naming the tensor, staging buffer reuse.
 #include "preempt/torch/training_state.h"
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include <cereal/types/vector.hpp>
 #include <gtest/gtest.h>
@@ -377,6 +379,24 @@ TEST(TrainingState, PeriodicPolicy) {
   EXPECT_FALSE(s.checkpoint_due(4));
   EXPECT_TRUE(s.checkpoint_due(5));
   EXPECT_TRUE(s.checkpoint_due(10));
+
+  // Time trigger: the clock starts at the first maybe_checkpoint (or restore / checkpoint).
+  TempDir dir;
+  preempt::Store store(StoreAt(dir.path()));
+  torch::nn::Module m;
+  m.register_buffer("w", torch::ones({4}));
+  pt::TrainingStateOptions t;
+  t.every_seconds = 0.2;
+  pt::TrainingState ts(t);
+  ts.track("m", m);
+  EXPECT_EQ(ts.maybe_checkpoint(store, 1), nullptr);
+  EXPECT_FALSE(ts.checkpoint_due(2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  EXPECT_TRUE(ts.checkpoint_due(3));
+  auto h = ts.maybe_checkpoint(store, 3);
+  ASSERT_NE(h, nullptr);
+  ASSERT_TRUE(h->wait().ok());
+  EXPECT_FALSE(ts.checkpoint_due(4));
 }
 
 TEST(TrainingState, RejectsBadNames) {
