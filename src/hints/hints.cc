@@ -1,5 +1,7 @@
 #include "preempt/hints.h"
 
+#include "preempt/fs.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,35 +22,8 @@
 namespace preempt {
 namespace {
 
-std::string ParentDir(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
 Status ReadWholeFile(const std::string& path, size_t max_bytes, std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno(errno, "open", path);
-  out->clear();
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      return Status::FromErrno(e, "read", path);
-    }
-    if (n == 0) break;
-    out->append(buf, static_cast<size_t>(n));
-    if (out->size() > max_bytes) {
-      ::close(fd);
-      return Status(StatusCode::kCorruption, path + ": larger than " + std::to_string(max_bytes) + " bytes");
-    }
-  }
-  ::close(fd);
-  return Status::OK();
+  return FileSystem::Default()->read_file(path, max_bytes, out);
 }
 
 // Field accessors that produce errors naming the origin and the field.
@@ -235,45 +210,7 @@ Status HintsFromJson(const std::string& json, const std::string& origin, Hints* 
 }
 
 Status WriteFileAtomic(const std::string& path, const std::string& data) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::FromErrno(errno, "open", tmp);
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::FromErrno(e, "write", tmp);
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return Status::FromErrno(e, "fsync", tmp);
-  }
-  if (::close(fd) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    return Status::FromErrno(e, "close", tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    return Status::FromErrno(e, "rename to " + path, tmp);
-  }
-  std::string dir = ParentDir(path);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return Status::FromErrno(errno, "open directory", dir);
-  int rc = ::fsync(dfd);
-  int e = errno;
-  ::close(dfd);
-  if (rc != 0) return Status::FromErrno(e, "fsync directory", dir);
-  return Status::OK();
+  return FileSystem::Default()->write_file_atomic(path, data);
 }
 
 Status WriteHintsAtomic(const std::string& path, const Hints& h) {

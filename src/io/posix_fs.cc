@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -216,7 +217,9 @@ Status FileSystem::read_file(const std::string& path, uint64_t max_bytes, std::s
 }
 
 Status FileSystem::write_file_atomic(const std::string& path, const std::string& data) {
-  const std::string tmp = path + ".tmp";
+  // A per-writer temporary name: two processes replacing the same file never share a temp file.
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   std::unique_ptr<File> f;
   OpenOptions o;
   o.write = o.create = true;

@@ -503,7 +503,9 @@ TEST(Store, PowerLossAtEveryOperation) {
     for (size_t i = 0; i < want.data.size(); ++i) {
       const auto& got = r.owned.at(want.req.items[i].name);
       ASSERT_EQ(got.size(), want.data[i].size());
-      if (got.size() > 0) ASSERT_EQ(0, std::memcmp(got.data(), want.data[i].data(), got.size())) << "op " << n << " item " << i;
+      if (got.size() > 0) {
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data[i].data(), got.size())) << "op " << n << " item " << i;
+      }
     }
   }
   EXPECT_GT(saw_old, 0);
