@@ -61,7 +61,8 @@ class ResumableRandomSampler : public ::torch::data::samplers::Sampler<> {
   // The current permutation (int64, [size]); restore writes into it in place when sizes agree.
   const at::Tensor& permutation() const noexcept { return perm_; }
 
-  // Used by TrainingState::restore. Throws c10::Error-free preempt::Error on bad values.
+  // Used by TrainingState::restore: adopts `permutation` (1-d int64) and the position. Throws
+  // preempt::Error on a wrong dtype/rank or an index outside the permutation.
   void restore_state(at::Tensor permutation, int64_t index, int64_t epoch);
   at::Tensor& mutable_permutation() noexcept { return perm_; }
 
