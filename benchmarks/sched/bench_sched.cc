@@ -3,6 +3,12 @@
 //
 //   bench_sched [--alibaba DIR] [--jobs N] [--seeds N] [--reps N] [--quick]
 //               [--csv OUT.csv] [--json OUT.json] [--png OUT.png]
+//               [--grace S] [--naive] [--policies a,b,...]
+//
+// Every trace runs twice, with the same eviction mechanics for every policy (docs/sched.md,
+// "Eviction model"): SIGTERM with the Kubernetes default 30 s grace period, and with a grace
+// period sized from each job's hints. --grace S runs one setting (0 = sized); --naive makes every
+// victim exit at once on SIGTERM. Each trace also prints where high-priority waits went.
 //
 // --alibaba defaults to ../shared/traces/alibaba-gpu-2023 relative to the repository root; when it
 // is absent that part is skipped with a note. --png renders the CSV with
@@ -31,7 +37,7 @@ using namespace preempt::sched;
 
 namespace {
 
-const std::vector<std::string> kPolicies = {"fcfs", "k8s", "hint-norules", "hint", "hint-refill"};
+std::vector<std::string> kPolicies = {"fcfs", "k8s", "hint-norules", "hint-ckpt", "hint", "hint-refill"};
 
 struct TraceRun {
   std::string trace;
@@ -48,8 +54,22 @@ std::string Json(const SimMetrics& m) {
            m.high_wait_mean_s, m.high_wait_p95_s, m.medium_wait_mean_s, m.low_wait_mean_s, m.low_wait_max_s,
            m.low_completed, m.low_total, m.low_starved, m.lost_gpu_hours, m.preemptions, m.checkpoint_requests,
            m.thrash_cycles, m.utilization, m.decide_mean_us, m.decide_max_us, m.capacity_violations);
-  return buf;
+  std::string out = buf;
+  out.pop_back();  // '}'
+  for (int tail = 0; tail < 2; ++tail) {
+    out += tail ? ",\"high_tail_wait_by_cause_s\":{" : ",\"high_wait_by_cause_s\":{";
+    for (int k = 0; k < SimMetrics::kCauses; ++k) {
+      snprintf(buf, sizeof buf, "%s\"%s\":%.1f", k ? "," : "", SimWaitCauseName(k),
+               tail ? m.high_tail_wait_cause_s[k] : m.high_wait_cause_s[k]);
+      out += buf;
+    }
+    out += "}";
+  }
+  out += "}";
+  return out;
 }
+
+SimOptions g_sim;
 
 bool RunTrace(const Trace& t, TraceRun* out, std::string* csv) {
   out->trace = t.name;
@@ -61,7 +81,7 @@ bool RunTrace(const Trace& t, TraceRun* out, std::string* csv) {
     PolicyConfig p;
     PolicyByName(name, &p);
     SimResult r;
-    Status s = Simulate(t, p, SimOptions(), &r);
+    Status s = Simulate(t, p, g_sim, &r);
     if (!s.ok()) {
       fprintf(stderr, "bench_sched: %s\n", s.ToString().c_str());
       return false;
@@ -73,6 +93,13 @@ bool RunTrace(const Trace& t, TraceRun* out, std::string* csv) {
     *csv += MetricsCsvRow(t.name, r.metrics);
   }
   printf("%s", MetricsTable(t.name, rows).c_str());
+  printf("high-priority wait by cause, job-seconds: all high jobs | tail (wait >= p95)\n");
+  for (const auto& m : rows) {
+    printf("  %-13s", m.policy.c_str());
+    for (int k = 0; k < SimMetrics::kCauses; ++k)
+      printf(" %s %.0f|%.0f", SimWaitCauseName(k), m.high_wait_cause_s[k], m.high_tail_wait_cause_s[k]);
+    printf("  (tail jobs %d)\n", m.high_tail_jobs);
+  }
   return true;
 }
 
@@ -212,6 +239,7 @@ int main(int argc, char** argv) {
   const std::string repo = PREEMPT_SOURCE_DIR;
   std::string alibaba = repo + "/../shared/traces/alibaba-gpu-2023", csv_path, json_path, png_path;
   int jobs = 2000, seeds = 1, reps = 50;
+  bool grace_set = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -222,6 +250,23 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--alibaba") alibaba = next();
+    else if (a == "--naive") g_sim.sigterm_saves = false;
+    else if (a == "--grace") {
+      g_sim.grace_period_s = std::atof(next().c_str());
+      grace_set = true;
+    }
+    else if (a == "--policies") {
+      kPolicies.clear();
+      std::string v = next(), cur;
+      for (char c : v + ",") {
+        if (c == ',') {
+          if (!cur.empty()) kPolicies.push_back(cur);
+          cur.clear();
+        } else {
+          cur.push_back(c);
+        }
+      }
+    }
     else if (a == "--jobs") jobs = std::atoi(next().c_str());
     else if (a == "--seeds") seeds = std::atoi(next().c_str());
     else if (a == "--reps") reps = std::max(1, std::atoi(next().c_str()));
@@ -234,22 +279,35 @@ int main(int argc, char** argv) {
     }
     else {
       fprintf(stderr, "usage: bench_sched [--alibaba DIR] [--jobs N] [--seeds N] [--reps N] [--quick] [--csv F] [--json F] "
-                      "[--png F]\n");
+                      "[--png F] [--grace S] [--naive] [--policies a,b]\n");
       return 2;
     }
   }
   std::string csv = MetricsCsvHeader();
   std::vector<TraceRun> runs;
+  struct stat sb;
+  bool have_alibaba = stat((alibaba + "/pods.csv").c_str(), &sb) == 0;
+  // Two eviction settings, the same for every policy: the Kubernetes default grace period (30 s)
+  // and a grace period sized from each job's hints (examples/k8s). --grace S runs only S (0 = sized).
+  std::vector<double> graces = {30, 0};
+  if (grace_set) graces = {g_sim.grace_period_s};
+  for (double grace : graces) {
+  g_sim.grace_period_s = grace;
+  const std::string suffix = grace > 0 ? "/grace" + std::to_string(static_cast<int>(grace)) : "/grace-sized";
+  printf("\n######## eviction: SIGTERM, %s; victims %s\n",
+         grace > 0 ? ("grace " + std::to_string(static_cast<int>(grace)) + " s for every job").c_str()
+                   : "grace sized from hints (1.5 x needed + 10 s)",
+         g_sim.sigterm_saves ? "run the preempt runtime and save within their grace" : "exit at once (naive)");
   for (int s = 1; s <= seeds; ++s) {
     SyntheticOptions o;
     o.seed = static_cast<uint64_t>(s);
     o.jobs = jobs;
     TraceRun r;
-    if (!RunTrace(SyntheticTrace(o), &r, &csv)) return 1;
+    Trace t = SyntheticTrace(o);
+    t.name += suffix;
+    if (!RunTrace(t, &r, &csv)) return 1;
     runs.push_back(r);
   }
-  struct stat sb;
-  bool have_alibaba = stat((alibaba + "/pods.csv").c_str(), &sb) == 0;
   if (have_alibaba) {
     // Two cluster sizes: peak whole-GPU demand 1.5x and 2x the capacity.
     for (double overload : {1.5, 2.0}) {
@@ -264,13 +322,14 @@ int main(int argc, char** argv) {
       }
       char name[64];
       snprintf(name, sizeof name, "alibaba-x%.1f", overload);
-      t.name = name;
+      t.name = name + suffix;
       TraceRun r;
       if (!RunTrace(t, &r, &csv)) return 1;
       runs.push_back(r);
     }
   } else {
     printf("\n== alibaba trace not found at %s: skipped\n", alibaba.c_str());
+  }
   }
 
   printf("\n== targets\n");

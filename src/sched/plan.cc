@@ -133,6 +133,9 @@ Status PolicyFromJson(const std::string& json, PolicyConfig* c) {
       {"unknown_lost_work_s", &c->unknown_lost_work_s},
       {"restore_s", &c->restore_s},
       {"wait_alert_s", &c->wait_alert_s},
+      {"kill_now_max_lost_s", &c->kill_now_max_lost_s},
+      {"high_tolerable_wait_s", &c->high_tolerable_wait_s},
+      {"high_min_runtime_override_s", &c->high_min_runtime_override_s},
   };
   for (auto it = doc.MemberBegin(); it != doc.MemberEnd(); ++it) {
     std::string k = it->name.GetString();
@@ -146,9 +149,13 @@ Status PolicyFromJson(const std::string& json, PolicyConfig* c) {
       else if (s == "k8s") c->kind = PolicyKind::kKubernetes;
       else if (s == "hint") c->kind = PolicyKind::kHintAware;
       else return bad("fcfs|k8s|hint");
-    } else if (k == "checkpoint_then_evict" || k == "refill_headroom") {
+    } else if (k == "checkpoint_then_evict" || k == "refill_headroom" || k == "sigterm_save" ||
+               k == "kill_after_commit") {
       if (!v.IsBool()) return bad("a boolean");
-      (k == "checkpoint_then_evict" ? c->checkpoint_then_evict : c->refill_headroom) = v.GetBool();
+      (k == "checkpoint_then_evict" ? c->checkpoint_then_evict
+       : k == "refill_headroom"     ? c->refill_headroom
+       : k == "sigterm_save"        ? c->sigterm_save
+                                    : c->kill_after_commit) = v.GetBool();
     } else if (k == "budget_max_preemptions" || k == "max_preemptors_per_pass") {
       if (!v.IsInt()) return bad("an integer");
       (k == "budget_max_preemptions" ? c->budget_max_preemptions : c->max_preemptors_per_pass) = v.GetInt();
@@ -321,6 +328,7 @@ std::string FormatDecisions(const ClusterState& st, const Decisions& d) {
       snprintf(buf, sizeof buf, " est_lost=%.0fGPU-s", a.est_lost_gpu_s);
       o << buf;
     }
+    if (a.kind == ActionKind::kEvict) o << (a.grace_s == 0 ? " grace=0(kill)" : a.grace_s < 0 ? " grace=own" : "");
     o << "  # " << a.reason << "\n";
   }
   for (const auto& w : d.waits) {
@@ -343,6 +351,7 @@ std::string DecisionsToJson(const ClusterState& st, const Decisions& d) {
     o << (i ? "," : "") << "{\"action\":\"" << ActionKindName(a.kind) << "\",\"job\":" << JsonEscape(a.job)
       << ",\"node\":" << JsonEscape(a.node >= 0 && a.node < static_cast<int>(st.nodes.size()) ? st.nodes[a.node].name : "")
       << ",\"for\":" << JsonEscape(a.for_job) << ",\"est_lost_gpu_s\":" << a.est_lost_gpu_s
+      << ",\"grace_s\":" << a.grace_s
       << ",\"reason\":" << JsonEscape(a.reason) << "}";
   }
   o << "],\"waits\":[";

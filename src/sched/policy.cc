@@ -32,29 +32,62 @@ double RestoreOf(const Job& j, const PolicyConfig& c) {
 }
 
 // How a victim would be preempted and what it would cost.
+enum class Mode {
+  kSigterm,     // SIGTERM with the job's own grace period (it saves there if it can)
+  kSaveInGrace, // hint-aware: SIGTERM, and its hints say the save fits the grace it is granted
+  kCheckpoint,  // checkpoint request first, evict after the commit
+  kKillCheap,   // hint-aware: kill at once, its uncommitted work is below what a save would lose
+  kKillSmall,   // hint-aware, for a high preemptor: kill at once, uncommitted work <= kill_now_max_lost_s
+  kKillSlow,    // hint-aware, for a high preemptor: kill at once, a save would outlast its tolerable wait
+};
 struct VictimCost {
+  Mode mode = Mode::kSigterm;
   bool checkpoint_first = false;
   double lost_gpu_s = 0;  // GPU-seconds lost including the restore
-  double wait_s = 0;      // how long the preemptor waits for this victim
+  double wait_s = 0;      // how long the preemptor waits for this victim (expected save time)
+  double grace_s = -1;    // for the evict action
 };
 
-VictimCost CostOf(const Job& v, double now, const PolicyConfig& c) {
+// The longest a high preemptor should wait for victim v's save (0 = no limit): a fixed value, or
+// what Kubernetes would make it wait at most, the victim's termination grace period.
+double TolerableWait(const Job& v, const PolicyConfig& c) {
+  if (c.high_tolerable_wait_s >= 0) return c.high_tolerable_wait_s;
+  return v.hints ? v.hints->grace.granted_s : 0;
+}
+
+VictimCost CostOf(const Job& v, double now, const PolicyConfig& c, bool for_high) {
   VictimCost out;
   double lost = EstimatedLostWork(v, now, c);
   bool fresh = HintsFresh(v, now, c);
-  if (c.kind == PolicyKind::kHintAware && c.checkpoint_then_evict && fresh) {
-    // Checkpointing first loses only the work done while the snapshot persists; it is worth it
-    // when that is less than what is uncommitted now.
-    double ckpt_lost = v.hints->cost.persist_s;
-    double ckpt_wait = v.hints->checkpoint_s();
-    if (ckpt_lost < lost && ckpt_wait <= c.checkpoint_deadline_s) {
-      out.checkpoint_first = true;
-      lost = ckpt_lost;
-      out.wait_s = ckpt_wait;
+  bool saves = false;  // leaves a fresh commit behind
+  if (c.kind == PolicyKind::kHintAware && fresh) {
+    const Hints& h = *v.hints;
+    // Saving (on SIGTERM or on request) loses only the work done while the snapshot persists;
+    // it is worth it when that is less than what is uncommitted now.
+    double save_lost = h.cost.persist_s;
+    double save_wait = h.checkpoint_s();
+    double needed = std::max(h.grace.needed_s, save_wait);
+    bool sig_ok = c.sigterm_save && h.grace.granted_s > 0 && needed <= h.grace.granted_s;
+    bool ckpt_ok = c.checkpoint_then_evict && save_wait <= c.checkpoint_deadline_s;
+    double tolerable = TolerableWait(v, c);
+    bool too_slow = for_high && tolerable > 0 && save_wait > tolerable;
+    if (too_slow) sig_ok = ckpt_ok = false;
+    if (for_high && c.kill_now_max_lost_s > 0 && lost <= c.kill_now_max_lost_s) {
+      out.mode = Mode::kKillSmall;
+      out.grace_s = 0;
+    } else if (save_lost < lost && (sig_ok || ckpt_ok)) {
+      out.mode = sig_ok ? Mode::kSaveInGrace : Mode::kCheckpoint;
+      out.checkpoint_first = !sig_ok;
+      lost = save_lost;
+      out.wait_s = save_wait;
+      saves = true;
+    } else {
+      out.mode = too_slow && save_lost < lost ? Mode::kKillSlow : Mode::kKillCheap;
+      out.grace_s = 0;
     }
   }
-  // A job that checkpoints first has a commit to restore from, whatever it had before.
-  out.lost_gpu_s = v.gpus * (lost + (out.checkpoint_first ? FullRestoreOf(v, c) : RestoreOf(v, c)));
+  // A job that saves first has a commit to restore from, whatever it had before.
+  out.lost_gpu_s = v.gpus * (lost + (saves ? FullRestoreOf(v, c) : RestoreOf(v, c)));
   return out;
 }
 
@@ -130,6 +163,18 @@ const char* JobPhaseName(JobPhase p) {
     case JobPhase::kEvicting: return "evicting";
   }
   return "pending";
+}
+
+const char* WaitCauseName(WaitCause c) {
+  switch (c) {
+    case WaitCause::kVictimsLeaving: return "victims-leaving";
+    case WaitCause::kMinRuntime: return "min-runtime";
+    case WaitCause::kBudget: return "budget";
+    case WaitCause::kLowShare: return "low-share";
+    case WaitCause::kNoVictim: return "no-victim";
+    case WaitCause::kOther: return "other";
+  }
+  return "other";
 }
 
 const char* ActionKindName(ActionKind k) {
@@ -235,9 +280,11 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     bool acked = j.hints && j.hints->request_ack >= j.request_id;
     if (acked) {
       a.est_lost_gpu_s = j.gpus * (EstimatedLostWork(j, now, cfg) + RestoreOf(j, cfg));
-      a.reason = Fmt("checkpoint request %lld acknowledged, commit at step %lld is durable; evicting for %s",
+      // The commit is durable: kill at once rather than wait for a second save on SIGTERM.
+      if (hint && cfg.kill_after_commit) a.grace_s = 0;
+      a.reason = Fmt("checkpoint request %lld acknowledged, commit at step %lld is durable; %s for %s",
                      static_cast<long long>(j.request_id), static_cast<long long>(j.hints->last_commit.step),
-                     j.preemptor.c_str());
+                     a.grace_s == 0 ? "killing now" : "evicting", j.preemptor.c_str());
       out.actions.push_back(std::move(a));
     } else if (now >= j.request_time + cfg.checkpoint_deadline_s) {
       a.est_lost_gpu_s = j.gpus * (EstimatedLostWork(j, now, cfg) + RestoreOf(j, cfg));
@@ -315,7 +362,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
   double min_runtime_release = kInf;   // earliest time a protected lower job becomes preemptible
   bool budget_blocked = false;
   std::string budget_queue;
-  std::vector<int> blocked_high;
+  std::vector<std::pair<int, WaitCause>> blocked_high;
   std::vector<std::pair<int, double>> waiting_high;  // high jobs waiting for their victims: (job, s left)
 
   auto start_job = [&](int ji, int node, const std::string& why) {
@@ -333,13 +380,23 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
 
   // Per running job, computed once: uncommitted work and the cost of preempting it.
   std::vector<double> lostw(jobs.size(), 0);
-  std::vector<VictimCost> vcost(jobs.size());
+  std::vector<VictimCost> vcost(jobs.size()), vcost_high(jobs.size());
   for (int node = 0; node < n_nodes; ++node) {
     for (int vi : running_on[node]) {
       lostw[vi] = EstimatedLostWork(jobs[vi], now, cfg);
-      if (cfg.kind != PolicyKind::kFcfs) vcost[vi] = CostOf(jobs[vi], now, cfg);
+      if (cfg.kind != PolicyKind::kFcfs) {
+        vcost[vi] = CostOf(jobs[vi], now, cfg, false);
+        vcost_high[vi] = CostOf(jobs[vi], now, cfg, true);
+      }
     }
   }
+  // A high job that has waited past high_min_runtime_override_s may take victims inside their
+  // minimum run time.
+  auto overrides_min_runtime = [&](const Job& j) {
+    return hint && cfg.high_min_runtime_override_s > 0 && j.cls == PriorityClass::kHigh &&
+           now - j.submit_time >= cfg.high_min_runtime_override_s;
+  };
+  bool low_share_blocked = false;  // this search set aside a victim set for low's share
   struct HeapItem {
     int version;
     Choice choice;
@@ -350,8 +407,9 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
   };
   // std heaps put the largest first: "less" = worse choice.
   auto heap_less = [&](const HeapItem& a, const HeapItem& b) { return BetterChoice(b.choice, a.choice, cfg.kind); };
-  std::vector<Heap> heaps(static_cast<size_t>(kNumClasses) * (max_node + 1));
-  int fail_gpus[kNumClasses] = {1 << 30, 1 << 30, 1 << 30};
+  std::vector<Heap> heaps(2 * static_cast<size_t>(kNumClasses) * (max_node + 1));
+  int fail_gpus[2][kNumClasses] = {{1 << 30, 1 << 30, 1 << 30}, {1 << 30, 1 << 30, 1 << 30}};
+  WaitCause fail_cause[2][kNumClasses] = {};
 
   // The best victim set on one node for pending job j (node = -1 when there is none).
   auto evaluate = [&](int node, const Job& j, int ji) -> Choice {
@@ -363,10 +421,15 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       std::vector<int> cand;
       std::vector<VictimCost> cand_cost;
       int cand_gpus = 0;
+      const bool ovr = overrides_min_runtime(j);
+      const std::vector<VictimCost>& costs = j.cls == PriorityClass::kHigh ? vcost_high : vcost;
       for (int vi : running_on[node]) {
         const Job& v = jobs[vi];
         if (chosen[vi] || static_cast<int>(v.cls) >= cls) continue;
-        if (hint && cfg.min_runtime_s > 0 && now < v.start_time + cfg.min_runtime_s) {
+        // The override keeps the anti-thrashing spacing: a victim preempted within cooldown +
+        // minimum run time is still protected.
+        bool protect = !ovr || now < v.last_preempted + cfg.cooldown_s + cfg.min_runtime_s;
+        if (hint && protect && cfg.min_runtime_s > 0 && now < v.start_time + cfg.min_runtime_s) {
           min_runtime_release = std::min(min_runtime_release, v.start_time + cfg.min_runtime_s);
           continue;
         }
@@ -395,7 +458,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       } else {
         // Cheapest first (lower class first, then lost GPU-s per GPU), then drop the most
         // expensive victims that turn out not to be needed.
-        for (int vi : cand) cand_cost.push_back(vcost[vi]);
+        for (int vi : cand) cand_cost.push_back(costs[vi]);
         std::vector<int> order(cand.size());
         for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int>(k);
         std::sort(order.begin(), order.end(), [&](int a, int b) {
@@ -447,7 +510,10 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
   // the per-queue preemption budget.
   auto feasible = [&](const Choice& c, const Job& j) -> bool {
     if (!hint) return true;
-    if (c.low_taken > 0 && placed_by_class[0] - c.low_taken < low_share) return false;
+    if (c.low_taken > 0 && placed_by_class[0] - c.low_taken < low_share) {
+      low_share_blocked = true;
+      return false;
+    }
     if (j.cls != PriorityClass::kHigh &&
         placed_by_class[0] + placed_by_class[1] - c.freed_gpus + j.gpus > nonhigh_cap)
       return false;
@@ -477,7 +543,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     const Job& j = jobs[ji];
     const int cls = static_cast<int>(j.cls);
     if (j.gpus > max_node || j.gpus <= 0) {  // can never fit
-      if (j.cls == PriorityClass::kHigh) blocked_high.push_back(ji);
+      if (j.cls == PriorityClass::kHigh) blocked_high.emplace_back(ji, WaitCause::kOther);
       continue;
     }
     if (hint && cfg.cooldown_s > 0 && now < j.last_preempted + cfg.cooldown_s) {
@@ -522,24 +588,29 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     // (A non-high job blocked by the headroom may still preempt lower jobs: it then only
     // replaces non-high GPUs; checked per candidate below.)
     if (cfg.kind == PolicyKind::kFcfs || !cfg.preempts_lower[cls]) {
-      if (j.cls == PriorityClass::kHigh) blocked_high.push_back(ji);
+      if (j.cls == PriorityClass::kHigh) blocked_high.emplace_back(ji, WaitCause::kOther);
       continue;
     }
     if (searches >= cfg.max_preemptors_per_pass) {
-      if (j.cls == PriorityClass::kHigh) blocked_high.push_back(ji);
+      if (j.cls == PriorityClass::kHigh) blocked_high.emplace_back(ji, WaitCause::kOther);
       continue;
     }
     ++searches;
 
     // 3. Victim search over nodes. A (class, GPUs) that found nothing cannot succeed later in
     //    this pass (nodes only fill up), nor can a larger request of the same class.
-    if (j.gpus >= fail_gpus[cls]) {
-      if (j.cls == PriorityClass::kHigh) blocked_high.push_back(ji);
+    const int ovr = overrides_min_runtime(j) ? 1 : 0;
+    if (j.gpus >= fail_gpus[ovr][cls]) {
+      if (j.cls == PriorityClass::kHigh) blocked_high.emplace_back(ji, fail_cause[ovr][cls]);
       continue;
     }
     // Lazy heap of nodes by their (optimistic) best victim set for this (class, GPUs): within a
     // pass a node's choice only gets worse, so a stale entry is re-evaluated and pushed back.
-    const size_t hkey = static_cast<size_t>(cls) * (max_node + 1) + j.gpus;
+    // Jobs that override the minimum run time see more victims: their own heaps.
+    const size_t hkey = (static_cast<size_t>(ovr) * kNumClasses + cls) * (max_node + 1) + j.gpus;
+    low_share_blocked = false;
+    const bool budget_was_blocked = budget_blocked;
+    budget_blocked = false;
     Heap& heap = heaps[hkey];
     if (!heap.built) {
       heap.built = true;
@@ -577,11 +648,20 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       heap.items.push_back(std::move(it));
       std::push_heap(heap.items.begin(), heap.items.end(), heap_less);
     }
-    if (best.node < 0) fail_gpus[cls] = std::min(fail_gpus[cls], j.gpus);
     if (best.node < 0) {
-      if (j.cls == PriorityClass::kHigh) blocked_high.push_back(ji);
+      WaitCause why = low_share_blocked ? WaitCause::kLowShare
+                      : budget_blocked  ? WaitCause::kBudget
+                      : min_runtime_release < kInf ? WaitCause::kMinRuntime
+                                                              : WaitCause::kNoVictim;
+      budget_blocked = budget_blocked || budget_was_blocked;
+      if (j.gpus < fail_gpus[ovr][cls]) {
+        fail_gpus[ovr][cls] = j.gpus;
+        fail_cause[ovr][cls] = why;
+      }
+      if (j.cls == PriorityClass::kHigh) blocked_high.emplace_back(ji, why);
       continue;
     }
+    budget_blocked = budget_blocked || budget_was_blocked;
     // Emit the victims; the node's free GPUs and the victims' GPUs are now promised to j.
     for (size_t k = 0; k < best.victims.size(); ++k) {
       int vi = best.victims[k];
@@ -591,6 +671,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       if (cfg.kind != PolicyKind::kHintAware) vc.lost_gpu_s = v.gpus * (EstimatedLostWork(v, now, cfg) + RestoreOf(v, cfg));
       Action a;
       a.kind = vc.checkpoint_first ? ActionKind::kRequestCheckpoint : ActionKind::kEvict;
+      a.grace_s = vc.grace_s;
       a.job = v.id;
       a.job_index = vi;
       a.node = best.node;
@@ -602,13 +683,33 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
         a.reason = Fmt("k8s order: %s victim on %s for %s job %s (%d victim(s) on node, started %.0f s ago)",
                        PriorityClassName(v.cls), st.nodes[best.node].name.c_str(), PriorityClassName(j.cls),
                        j.id.c_str(), best.count, now - v.start_time);
+      } else if (vc.mode == Mode::kSaveInGrace) {
+        a.reason = Fmt("least lost work on %s for %s job %s: SIGTERM, saves within its %.0f s grace (needs %.1f s), "
+                       "loses %.0f GPU-s incl. restore vs %.0f s uncommitted now",
+                       st.nodes[best.node].name.c_str(), PriorityClassName(j.cls), j.id.c_str(),
+                       v.hints->grace.granted_s, vc.wait_s, vc.lost_gpu_s, uncommitted);
+      } else if (vc.mode == Mode::kKillSmall) {
+        a.reason = Fmt("least lost work on %s for high job %s: kill now, only %.0f s uncommitted (<= %.0f s, no "
+                       "wait for a save), %.0f GPU-s incl. restore",
+                       st.nodes[best.node].name.c_str(), j.id.c_str(), uncommitted, cfg.kill_now_max_lost_s,
+                       vc.lost_gpu_s);
+      } else if (vc.mode == Mode::kKillSlow) {
+        a.reason = Fmt("least lost work on %s for high job %s: kill now, its save (%.1f s) would outlast the %.0f s "
+                       "tolerable wait%s; %.0f s uncommitted, %.0f GPU-s incl. restore",
+                       st.nodes[best.node].name.c_str(), j.id.c_str(), v.hints->checkpoint_s(), TolerableWait(v, cfg),
+                       cfg.high_tolerable_wait_s < 0 ? " (its grace period)" : "", uncommitted, vc.lost_gpu_s);
+      } else if (vc.mode == Mode::kKillCheap) {
+        a.reason = Fmt("least lost work on %s for %s job %s: kill now, %.0f s uncommitted is less than a save "
+                       "would lose, %.0f GPU-s incl. restore",
+                       st.nodes[best.node].name.c_str(), PriorityClassName(j.cls), j.id.c_str(), uncommitted,
+                       vc.lost_gpu_s);
       } else if (vc.checkpoint_first) {
         a.reason = Fmt("least lost work on %s for %s job %s: checkpoint first (%.1f s) loses %.0f GPU-s incl. "
                        "restore vs %.0f s uncommitted now",
                        st.nodes[best.node].name.c_str(), PriorityClassName(j.cls), j.id.c_str(), vc.wait_s,
                        vc.lost_gpu_s, uncommitted);
       } else {
-        a.reason = Fmt("least lost work on %s for %s job %s: evict now, %.0f s uncommitted%s, %.0f GPU-s incl. restore",
+        a.reason = Fmt("least lost work on %s for %s job %s: SIGTERM with its own grace, %.0f s uncommitted%s, %.0f GPU-s incl. restore",
                        st.nodes[best.node].name.c_str(), PriorityClassName(j.cls), j.id.c_str(), uncommitted,
                        HintsFresh(v, now, cfg) ? "" : " (no fresh hints: assumed)", vc.lost_gpu_s);
       }
@@ -643,7 +744,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
           min_runtime_release = std::min(min_runtime_release, v.start_time + cfg.min_runtime_s);
           continue;
         }
-        cost_of[vi] = CostOf(v, now, cfg);
+        cost_of[vi] = CostOf(v, now, cfg, false);
         cands.emplace_back(static_cast<int>(v.cls) * 1e12 + cost_of[vi].lost_gpu_s / v.gpus, vi);
       }
     }
@@ -672,9 +773,15 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       a.job_index = vi;
       a.node = v.node;
       a.est_lost_gpu_s = vc.lost_gpu_s;
+      a.grace_s = vc.grace_s;
+      const char* how = vc.checkpoint_first               ? "checkpoint first"
+                        : vc.mode == Mode::kSaveInGrace   ? "SIGTERM, saves within its grace"
+                        : vc.mode == Mode::kKillCheap     ? "kill now (less uncommitted than a save loses)"
+                        : vc.mode == Mode::kKillSlow      ? "kill now (save too slow)"
+                                                          : "SIGTERM with its own grace";
       a.reason = Fmt("refill reserved headroom for high priority (%d of %d GPUs free): %s, loses %.0f GPU-s incl. "
                      "restore",
-                     free_sum, reserve, vc.checkpoint_first ? "checkpoint first" : "evict now", vc.lost_gpu_s);
+                     free_sum, reserve, how, vc.lost_gpu_s);
       out.actions.push_back(std::move(a));
       placed_by_class[static_cast<int>(v.cls)] -= v.gpus;
       deficit -= v.gpus;
@@ -693,14 +800,20 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
   for (const auto& [ji, left] : waiting_high) {
     WaitEstimate w;
     w.job = jobs[ji].id;
+    w.job_index = ji;
+    w.cause = WaitCause::kVictimsLeaving;
     w.waited_s = now - jobs[ji].submit_time;
     w.est_wait_s = w.waited_s + left;
     out.waits.push_back(std::move(w));
   }
-  for (int ji : blocked_high) {
+  for (const auto& [ji, cause] : blocked_high) {
     const Job& j = jobs[ji];
     WaitEstimate w;
     w.job = j.id;
+    w.job_index = ji;
+    w.cause = cause;
+    if (cause == WaitCause::kMinRuntime && hint && cfg.high_min_runtime_override_s > 0)
+      out.recheck_at = std::min(out.recheck_at, j.submit_time + cfg.high_min_runtime_override_s);
     w.waited_s = now - j.submit_time;
     bool lower_running = placed_by_class[0] + placed_by_class[1] > 0;
     if (j.gpus > max_node) {

@@ -231,14 +231,17 @@ Status RunJobs(const std::vector<RunJobSpec>& specs, const RunOptions& opt, std:
           break;
         }
         case ActionKind::kEvict: {
+          // grace_s: < 0 the job's own grace period, 0 kill at once, > 0 at most that long.
+          double grace = a.grace_s < 0 ? p.spec->grace_s : std::min(a.grace_s, p.spec->grace_s);
           if (p.pid > 0 && !p.sigterm_sent) {
-            ::kill(p.pid, SIGTERM);
+            ::kill(p.pid, grace > 0 ? SIGTERM : SIGKILL);
             p.sigterm_sent = true;
-            p.kill_at = now + p.spec->grace_s;
+            p.killed = grace <= 0;
+            p.kill_at = now + grace;
           }
           j.phase = JobPhase::kEvicting;
           j.preemptor = a.for_job;
-          emit("evict", j.id, "SIGTERM for " + a.for_job + " # " + a.reason);
+          emit("evict", j.id, std::string(grace > 0 ? "SIGTERM" : "SIGKILL") + " for " + a.for_job + " # " + a.reason);
           break;
         }
       }

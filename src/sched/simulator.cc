@@ -1,6 +1,7 @@
 #include "preempt/sched/simulator.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -269,6 +270,12 @@ bool PolicyByName(const std::string& name, PolicyConfig* out) {
   else if (name == "k8s") *out = KubernetesPolicy();
   else if (name == "hint-norules") *out = HintAwareNoRulesPolicy();
   else if (name == "hint") *out = PolicyConfig();
+  else if (name == "hint-ckpt") {  // checkpoint-then-evict only: no SIGTERM save, kill-now or tolerable-wait rules
+    *out = PolicyConfig();
+    out->sigterm_save = false;
+    out->kill_now_max_lost_s = 0;
+    out->high_tolerable_wait_s = 0;
+  }
   else if (name == "hint-refill") {
     *out = PolicyConfig();
     out->refill_headroom = true;
@@ -285,7 +292,10 @@ struct SimJob {
   int gen = 0;                // bumps on every start/stop, invalidates old events
   double p0 = 0;              // committed progress when the current run started
   double seg_start = 0, seg_restore = 0;
-  double extra_progress = -1, extra_time = kInf;  // requested checkpoint
+  double extra_progress = -1, extra_time = kInf;  // requested checkpoint, or the save on SIGTERM
+  double stop_at = kInf;      // training stopped here (SIGTERM: the stop snapshot)
+  double grace = 0;           // termination grace period
+  double exit_at = -kInf;     // after SIGTERM: when the process is gone (saved, or killed)
   double first_start = -1, finish = -1;
   double allocated_gpu_s = 0, lost_gpu_s = 0;
   double last_preempted = -kInf;
@@ -294,7 +304,7 @@ struct SimJob {
   int node = -1;
 
   double Progress(double now) const {
-    double p = p0 + std::max(0.0, now - seg_start - seg_restore);
+    double p = p0 + std::max(0.0, std::min(now, stop_at) - seg_start - seg_restore);
     return std::min(p, t->duration_s);
   }
   double Periodic(double now) const {
@@ -349,6 +359,10 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
   auto push = [&](double time, EvType type, int job, int gen) { q.push({time, seq++, type, job, gen}); };
   for (size_t i = 0; i < trace.jobs.size(); ++i) {
     sj[i].t = &trace.jobs[i];
+    const TraceJob& tj = trace.jobs[i];
+    sj[i].grace = opt.grace_period_s > 0
+                      ? opt.grace_period_s
+                      : opt.grace_factor * (tj.ckpt_drain_s + tj.ckpt_stall_s + tj.ckpt_persist_s) + opt.grace_extra_s;
     if (trace.jobs[i].gpus > max_node) {
       res.violations.push_back("job " + trace.jobs[i].id + " needs more GPUs than any node; skipped");
       continue;
@@ -394,13 +408,24 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
     s.gen++;
     s.extra_progress = -1;
     s.extra_time = kInf;
+    s.stop_at = kInf;
     release(i);
     return lost;
   };
 
+  // Wait attribution: the causes the last decision reported for pending high jobs, charged with
+  // the time until the next event.
+  constexpr int kCauses = SimMetrics::kCauses;
+  std::vector<std::array<double, kCauses>> wait_by(sj.size());
+  std::vector<std::pair<int, int>> waiting_now;  // (sim job, cause slot)
+  double prev_now = 0;
+
   while (!q.empty()) {
     double now = q.top().time;
     if (opt.horizon_s > 0 && now > opt.horizon_s) break;
+    for (const auto& [i, slot] : waiting_now) wait_by[i][slot] += now - prev_now;
+    waiting_now.clear();
+    prev_now = now;
     while (!q.empty() && q.top().time == now) {
       Event e = q.top();
       q.pop();
@@ -470,6 +495,7 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
       h.cost.stall_s = s.t->ckpt_stall_s;
       h.cost.persist_s = s.t->ckpt_persist_s;
       h.grace.needed_s = h.checkpoint_s();
+      h.grace.granted_s = opt.sigterm_saves ? s.grace : 0;  // a naive job does not save on SIGTERM
       double committed = s.Committed(now);
       // GPU time of this run not yet turned into a durable commit: with no new commit since it
       // (re)started, that includes the restore it is paying now.
@@ -538,9 +564,58 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
           if (j.phase == JobPhase::kRunning) cs.history.push_back({now, j.queue, a.est_lost_gpu_s / 3600.0});
           j.phase = JobPhase::kEvicting;
           j.preemptor = a.for_job;
-          push(now + opt.eviction_latency_s, EvType::kEvictDone, i, s.gen);
+          // SIGTERM (or a kill at once when grace_s == 0); see the model in simulator.h.
+          double exit_at = now;
+          if (a.grace_s != 0 && opt.sigterm_saves) {
+            double grace = a.grace_s > 0 ? a.grace_s : s.grace;
+            double save_end = now;
+            if (s.extra_time < kInf && s.extra_time > now) {
+              // A requested save is in flight: the stop finishes it; training stops at its snapshot.
+              save_end = s.extra_time;
+              s.stop_at = std::max(now, s.extra_time - s.t->ckpt_persist_s);
+            } else if (s.Progress(now) > s.Committed(now) + 1e-9) {
+              double snap = now + s.t->ckpt_drain_s + s.t->ckpt_stall_s;
+              s.extra_progress = s.Progress(snap);
+              s.extra_time = snap + s.t->ckpt_persist_s;
+              s.stop_at = snap;
+              save_end = s.extra_time;
+            } else {
+              s.stop_at = now;  // nothing new to save: it exits at once
+            }
+            if (save_end <= now + grace) {
+              exit_at = save_end;
+            } else {  // SIGKILL at the end of the grace period: the save is lost
+              s.extra_progress = -1;
+              s.extra_time = kInf;
+              exit_at = now + grace;
+            }
+          }
+          s.exit_at = exit_at;
+          s.gen++;  // pending finish/commit events of this run no longer apply
+          push(exit_at + opt.eviction_latency_s, EvType::kEvictDone, i, s.gen);
           break;
         }
+      }
+    }
+    {
+      // Which pending high jobs wait, and why (victims leaving: saving or just exiting).
+      std::unordered_map<std::string, bool> saving_for;
+      for (const Job& j : cs.jobs) {
+        if ((j.phase != JobPhase::kCheckpointing && j.phase != JobPhase::kEvicting) || j.preemptor.empty()) continue;
+        const SimJob& v = sj[j.user];
+        bool saving = j.phase == JobPhase::kCheckpointing || now < v.exit_at;
+        saving_for[j.preemptor] = saving_for[j.preemptor] || saving;
+      }
+      for (const WaitEstimate& w : d.waits) {
+        if (w.job_index < 0 || w.job_index >= static_cast<int>(cs.jobs.size())) continue;
+        const Job& j = cs.jobs[w.job_index];
+        if (j.phase != JobPhase::kPending) continue;
+        int slot = static_cast<int>(w.cause);
+        if (w.cause == WaitCause::kVictimsLeaving) {
+          auto it = saving_for.find(j.id);
+          slot = it != saving_for.end() && it->second ? 0 : kNumWaitCauses;
+        }
+        waiting_now.emplace_back(static_cast<int>(j.user), slot);
       }
     }
     if (d.recheck_at < kInf && d.recheck_at > now && !wakes.count(d.recheck_at)) {
@@ -592,6 +667,17 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
   }
   m.high_wait_mean_s = Mean(hw);
   m.high_wait_p95_s = Percentile(hw, 0.95);
+  for (size_t i = 0; i < sj.size(); ++i) {
+    const SimJob& s = sj[i];
+    if (s.t->cls != PriorityClass::kHigh || s.t->submit > end) continue;
+    double wait = s.first_start >= 0 ? s.first_start - s.t->submit : std::max(0.0, end - s.t->submit);
+    bool tail = wait > 0 && wait >= m.high_wait_p95_s;
+    if (tail) m.high_tail_jobs++;
+    for (int k = 0; k < kCauses; ++k) {
+      m.high_wait_cause_s[k] += wait_by[i][k];
+      if (tail) m.high_tail_wait_cause_s[k] += wait_by[i][k];
+    }
+  }
   m.medium_wait_mean_s = Mean(mw);
   m.low_wait_mean_s = Mean(lw);
   m.low_wait_max_s = lw.empty() ? 0 : *std::max_element(lw.begin(), lw.end());
@@ -603,6 +689,13 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
     violation("work not conserved: error " + std::to_string(m.work_conservation_error_s) + " GPU-s");
   *out = std::move(res);
   return Status::OK();
+}
+
+const char* SimWaitCauseName(int k) {
+  if (k == 0) return "victims-saving";
+  if (k == kNumWaitCauses) return "victims-exiting";
+  if (k < 0 || k > kNumWaitCauses) return "?";
+  return WaitCauseName(static_cast<WaitCause>(k));
 }
 
 std::string MetricsCsvHeader() {
@@ -625,12 +718,12 @@ std::string MetricsCsvRow(const std::string& trace, const SimMetrics& m) {
 std::string MetricsTable(const std::string& trace, const std::vector<SimMetrics>& rows) {
   std::ostringstream o;
   char buf[512];
-  snprintf(buf, sizeof buf, "%-14s %-13s %10s %10s %10s %8s %8s %7s %9s %9s %7s %6s\n", "trace", "policy",
+  snprintf(buf, sizeof buf, "%-26s %-13s %10s %10s %10s %8s %8s %7s %9s %9s %7s %6s\n", "trace", "policy",
            "hi_mean_s", "hi_p95_s", "lost_GPUh", "preempt", "ckpt_req", "thrash", "lo_mean_s", "lo_starv", "util",
            "dec_us");
   o << buf;
   for (const auto& m : rows) {
-    snprintf(buf, sizeof buf, "%-14.14s %-13s %10.0f %10.0f %10.2f %8d %8d %7d %9.0f %9d %7.3f %6.0f\n",
+    snprintf(buf, sizeof buf, "%-26.26s %-13s %10.0f %10.0f %10.2f %8d %8d %7d %9.0f %9d %7.3f %6.0f\n",
              trace.c_str(), m.policy.c_str(), m.high_wait_mean_s, m.high_wait_p95_s, m.lost_gpu_hours,
              m.preemptions, m.checkpoint_requests, m.thrash_cycles, m.low_wait_mean_s, m.low_starved, m.utilization,
              m.decide_mean_us);

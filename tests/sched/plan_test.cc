@@ -45,9 +45,19 @@ TEST(Plan, SnapshotWithHintFilesRanksTheCheaperVictim) {
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_NE(notes[0].find("job c"), std::string::npos) << notes[0];
   // b has the least uncommitted work; c (unknown cost) is never taken as free.
-  Decisions d = Decide(st, HintAwareNoRulesPolicy());
+  PolicyConfig pc = HintAwareNoRulesPolicy();
+  pc.kill_now_max_lost_s = 0;  // b's 60 s uncommitted would otherwise be killed at once (below)
+  Decisions d = Decide(st, pc);
   ASSERT_EQ(d.actions.size(), 1u) << FormatDecisions(st, d);
   EXPECT_EQ(d.actions[0].job, "b");
+  {
+    Decisions k = Decide(st, HintAwareNoRulesPolicy());
+    ASSERT_EQ(k.actions.size(), 1u) << FormatDecisions(st, k);
+    EXPECT_EQ(k.actions[0].job, "b");
+    EXPECT_EQ(k.actions[0].kind, ActionKind::kEvict);
+    EXPECT_EQ(k.actions[0].grace_s, 0);
+    EXPECT_NE(FormatDecisions(st, k).find("grace=0(kill)"), std::string::npos) << FormatDecisions(st, k);
+  }
   std::string text = FormatDecisions(st, d);
   EXPECT_NE(text.find("checkpoint-then-evict"), std::string::npos) << text;
   EXPECT_NE(text.find("node=n1"), std::string::npos) << text;

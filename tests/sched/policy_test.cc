@@ -73,6 +73,7 @@ constexpr auto H = PriorityClass::kHigh;
 
 PolicyConfig Hint() {
   PolicyConfig c = HintAwareNoRulesPolicy();
+  c.kill_now_max_lost_s = 0;  // the kill-now rule has its own tests (KillNow*); these test the rest
   return c;
 }
 
@@ -587,6 +588,145 @@ TEST(Policy, EstimatedLostWork) {
   j.hints->updated_unix = kNow - p.hints_stale_s - 1;
   EXPECT_FALSE(HintsFresh(j, kNow, p));
   EXPECT_EQ(EstimatedLostWork(j, kNow, p), p.unknown_lost_work_s);
+}
+
+// How a victim is preempted for a high-priority job: SIGTERM-save inside its grace, checkpoint
+// first, or kill at once (small uncommitted work; a save slower than the tolerable wait).
+TEST(Policy, VictimEvictionModeTable) {
+  struct Case {
+    const char* name;
+    double lost_s, granted_s, persist_s;  // victim's uncommitted work, grace granted, persist time
+    bool sigterm_save;
+    double kill_now_max_lost_s, tolerable_s;
+    PriorityClass preemptor;
+    ActionKind kind;
+    double grace_s;
+    const char* reason;
+  } cases[] = {
+      {"save fits grace: SIGTERM", 900, 30, 2, true, 120, -1, H, ActionKind::kEvict, -1, "saves within its 30 s grace"},
+      {"sigterm_save off: checkpoint first", 900, 30, 2, false, 120, -1, H, ActionKind::kRequestCheckpoint, -1,
+       "checkpoint first"},
+      {"grant unknown: checkpoint first", 900, 0, 2, true, 120, 0, H, ActionKind::kRequestCheckpoint, -1,
+       "checkpoint first"},
+      {"small uncommitted: kill now", 60, 30, 2, true, 120, -1, H, ActionKind::kEvict, 0, "kill now, only 60 s"},
+      {"kill-now off", 60, 30, 2, true, 0, -1, H, ActionKind::kEvict, -1, "saves within"},
+      {"kill-now only for high", 60, 30, 2, true, 120, -1, M, ActionKind::kEvict, -1, "saves within"},
+      {"save slower than its grace: kill", 900, 10, 20, true, 120, -1, H, ActionKind::kEvict, 0,
+       "would outlast the 10 s tolerable wait (its grace period)"},
+      {"fixed tolerable wait", 900, 60, 20, true, 120, 15, H, ActionKind::kEvict, 0, "would outlast the 15 s"},
+      {"tolerable wait off: checkpoint first", 900, 10, 20, true, 120, 0, H, ActionKind::kRequestCheckpoint, -1,
+       "checkpoint first"},
+      {"medium preemptor waits for the save", 900, 10, 20, true, 120, -1, M, ActionKind::kRequestCheckpoint, -1,
+       "checkpoint first"},
+      {"less uncommitted than a save loses", 1, 30, 20, true, 0, -1, H, ActionKind::kEvict, 0,
+       "less than a save would lose"},
+  };
+  for (const auto& c : cases) {
+    B b({1});
+    Hints h = MakeHints(c.lost_s, c.persist_s);
+    h.grace.granted_s = c.granted_s;
+    h.grace.needed_s = h.checkpoint_s();
+    b.Run("v", L, 1, 0, 3600, h);
+    b.Pend("p", c.preemptor, 1);
+    PolicyConfig p = HintAwareNoRulesPolicy();
+    p.sigterm_save = c.sigterm_save;
+    p.kill_now_max_lost_s = c.kill_now_max_lost_s;
+    p.high_tolerable_wait_s = c.tolerable_s;
+    Decisions d = Decide(b.st, p);
+    ASSERT_EQ(d.actions.size(), 1u) << c.name << "\n" << Dump(d);
+    EXPECT_EQ(d.actions[0].kind, c.kind) << c.name << "\n" << Dump(d);
+    EXPECT_EQ(d.actions[0].grace_s, c.grace_s) << c.name << "\n" << Dump(d);
+    EXPECT_NE(d.actions[0].reason.find(c.reason), std::string::npos) << c.name << "\n" << Dump(d);
+  }
+}
+
+// After the requested commit is durable the victim is killed at once (no second save), unless off.
+TEST(Policy, KillAfterCommitTable) {
+  for (bool on : {true, false}) {
+    B b({1});
+    Hints h = MakeHints(1);
+    h.request_ack = 7;
+    b.Run("v", L, 1, 0, 3600, h);
+    b.st.jobs[0].phase = JobPhase::kCheckpointing;
+    b.st.jobs[0].request_id = 7;
+    b.st.jobs[0].request_time = kNow - 3;
+    b.st.jobs[0].preemptor = "hi";
+    b.Pend("hi", H, 1);
+    PolicyConfig p = Hint();
+    p.kill_after_commit = on;
+    Decisions d = Decide(b.st, p);
+    const Action* a = Find(d, "v");
+    ASSERT_NE(a, nullptr) << Dump(d);
+    EXPECT_EQ(a->kind, ActionKind::kEvict);
+    EXPECT_EQ(a->grace_s, on ? 0 : -1) << Dump(d);
+    EXPECT_NE(a->reason.find(on ? "killing now" : "evicting"), std::string::npos) << Dump(d);
+  }
+}
+
+// A high job waiting past high_min_runtime_override_s may take a victim inside its minimum run
+// time, never one preempted within cooldown + minimum run time; the wait cause says why it waits.
+TEST(Policy, HighMinRuntimeOverrideTable) {
+  struct Case {
+    const char* name;
+    double override_s, waited_s, victim_preempted_ago;
+    bool preempts;
+    WaitCause cause;
+  } cases[] = {
+      {"off", 0, 5000, 1e9, false, WaitCause::kMinRuntime},
+      {"not waited long enough", 600, 100, 1e9, false, WaitCause::kMinRuntime},
+      {"waited long enough", 600, 700, 1e9, true, WaitCause::kVictimsLeaving},
+      {"victim preempted recently: still protected", 600, 700, 400, false, WaitCause::kMinRuntime},
+  };
+  for (const auto& c : cases) {
+    B b({1});
+    b.Run("v", L, 1, 0, 100, MakeHints(50));  // started 100 s ago: inside min run time 300
+    b.st.jobs[0].last_preempted = kNow - c.victim_preempted_ago;
+    b.Pend("hi", H, 1, c.waited_s);
+    PolicyConfig p = Hint();
+    p.min_runtime_s = 300;
+    p.cooldown_s = 300;
+    p.high_min_runtime_override_s = c.override_s;
+    Decisions d = Decide(b.st, p);
+    EXPECT_EQ(Find(d, "v") != nullptr, c.preempts) << c.name << "\n" << Dump(d);
+    ASSERT_EQ(d.waits.size(), 1u) << c.name;
+    EXPECT_EQ(d.waits[0].cause, c.cause) << c.name << " " << WaitCauseName(d.waits[0].cause);
+    if (!c.preempts && c.override_s > 0 && c.waited_s < c.override_s) {
+      EXPECT_LE(d.recheck_at, kNow - c.waited_s + c.override_s) << c.name;
+    }
+  }
+}
+
+TEST(Policy, WaitCauseTable) {
+  {  // only high jobs run: no victim
+    B b({1});
+    b.Run("h", H, 1, 0, 3600, MakeHints(1));
+    b.Pend("hi", H, 1);
+    Decisions d = Decide(b.st, Hint());
+    ASSERT_EQ(d.waits.size(), 1u);
+    EXPECT_EQ(d.waits[0].cause, WaitCause::kNoVictim);
+  }
+  {  // the only victim would take low below its guaranteed share
+    B b({4});
+    b.Run("l", L, 4, 0, 3600, MakeHints(100));
+    b.Pend("hi", H, 4);
+    PolicyConfig p = Hint();
+    p.low_guaranteed_share = 0.5;
+    Decisions d = Decide(b.st, p);
+    ASSERT_EQ(d.waits.size(), 1u) << Dump(d);
+    EXPECT_EQ(d.waits[0].cause, WaitCause::kLowShare);
+  }
+  {  // per-queue budget spent
+    B b({1});
+    b.Run("l", L, 1, 0, 3600, MakeHints(100));
+    b.Pend("hi", H, 1);
+    b.st.history.push_back({kNow - 10, "q", 0.01});
+    PolicyConfig p = Hint();
+    p.budget_max_preemptions = 1;
+    Decisions d = Decide(b.st, p);
+    ASSERT_EQ(d.waits.size(), 1u) << Dump(d);
+    EXPECT_EQ(d.waits[0].cause, WaitCause::kBudget);
+  }
+  EXPECT_STREQ(WaitCauseName(WaitCause::kVictimsLeaving), "victims-leaving");
 }
 
 }  // namespace

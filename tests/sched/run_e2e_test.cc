@@ -59,6 +59,10 @@ TEST(SchedRun, CheckpointThenEvictTheCheaperVictimAndResume) {
   opt.policy.reserved_headroom = 0;
   opt.policy.low_guaranteed_share = 0;
   opt.policy.checkpoint_deadline_s = 10;
+  // This test exercises checkpoint-then-evict end to end: request, commit, SIGTERM, exit.
+  opt.policy.sigterm_save = false;
+  opt.policy.kill_now_max_lost_s = 0;
+  opt.policy.kill_after_commit = false;
   opt.policy.hints_stale_s = 10;
   opt.policy.restore_s = 1;
   std::vector<RunEvent> ev;

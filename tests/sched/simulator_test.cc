@@ -89,25 +89,56 @@ TEST(Simulator, LostWorkModel) {
   high.submit = 2500;  // low has committed 1000 and 2000 (durable at 1008, 2008)
   high.duration_s = 100;
   t.jobs = {low, high};
-  SimOptions o;
-  o.eviction_latency_s = 0;
-
-  SimResult k8s;
-  ASSERT_TRUE(Simulate(t, KubernetesPolicy(), o, &k8s).ok());
-  EXPECT_EQ(k8s.metrics.preemptions, 1);
-  // Loses 500 s since the 2000 commit, plus the 30 s restore.
-  EXPECT_NEAR(k8s.metrics.lost_gpu_hours * 3600, 530, 1e-6);
-  EXPECT_NEAR(k8s.first_start[1], 2500, 1e-6);
-  EXPECT_NEAR(k8s.finish[0], 10000 + 530 + 100, 1e-6);
-
-  SimResult hint;
-  ASSERT_TRUE(Simulate(t, HintAwareNoRulesPolicy(), o, &hint).ok());
-  EXPECT_EQ(hint.metrics.preemptions, 1);
-  EXPECT_EQ(hint.metrics.checkpoint_requests, 1);
-  // Checkpoint first: snapshot at 2502, durable at 2510; loses the 8 s of persist and the restore.
-  EXPECT_NEAR(hint.metrics.lost_gpu_hours * 3600, 38, 1e-6);
-  EXPECT_NEAR(hint.first_start[1], 2510, 1e-6);
-  EXPECT_TRUE(hint.violations.empty()) << hint.violations[0];
+  // The same eviction mechanics for every policy: SIGTERM and a grace period; a preempt-aware
+  // victim saves inside it (drain 1 + stall 1 + persist 8 = 10 s), a naive one exits at once.
+  // low has committed 1000 and 2000 (durable at 1008, 2008); preempting it at 2500 without a save
+  // loses 500 s, with a save the 8 s of persist; every restart from a commit pays the 30 s restore.
+  PolicyConfig ckpt = HintAwareNoRulesPolicy();
+  ckpt.sigterm_save = false;
+  ckpt.kill_now_max_lost_s = 0;
+  ckpt.high_tolerable_wait_s = 0;
+  PolicyConfig tol_off = HintAwareNoRulesPolicy();
+  tol_off.high_tolerable_wait_s = 0;
+  struct Case {
+    const char* name;
+    PolicyConfig policy;
+    bool sigterm_saves;
+    double grace_s, high_submit;
+    double lost_gpu_s, high_start;
+    int requests;
+  } cases[] = {
+      {"k8s, naive victim: dies at once", KubernetesPolicy(), false, 30, 2500, 530, 2500, 0},
+      {"k8s, aware victim saves in its 30 s grace", KubernetesPolicy(), true, 30, 2500, 38, 2510, 0},
+      {"k8s, grace 5 s < 10 s needed: SIGKILL at 2505", KubernetesPolicy(), true, 5, 2500, 535, 2505, 0},
+      {"k8s, grace sized from hints (1.5 x 10 + 10)", KubernetesPolicy(), true, 0, 2500, 38, 2510, 0},
+      {"hint: SIGTERM, saves in grace", HintAwareNoRulesPolicy(), true, 30, 2500, 38, 2510, 0},
+      {"hint checkpoint-first, killed after the commit", ckpt, true, 30, 2500, 38, 2510, 1},
+      {"hint, naive victim: checkpoint first", HintAwareNoRulesPolicy(), false, 30, 2500, 38, 2510, 1},
+      {"hint, save outlasts 5 s grace: kill now", HintAwareNoRulesPolicy(), true, 5, 2500, 530, 2500, 0},
+      {"hint, tolerable wait off: checkpoint first", tol_off, true, 5, 2500, 38, 2510, 1},
+      {"hint, 50 s uncommitted: kill now", HintAwareNoRulesPolicy(), true, 30, 2050, 80, 2050, 0},
+      {"k8s, 50 s uncommitted: saves", KubernetesPolicy(), true, 30, 2050, 38, 2060, 0},
+  };
+  for (auto& c : cases) {
+    t.jobs[1].submit = c.high_submit;
+    SimOptions o;
+    o.eviction_latency_s = 0;
+    o.sigterm_saves = c.sigterm_saves;
+    o.grace_period_s = c.grace_s;
+    SimResult r;
+    ASSERT_TRUE(Simulate(t, c.policy, o, &r).ok()) << c.name;
+    EXPECT_EQ(r.metrics.preemptions, 1) << c.name;
+    EXPECT_NEAR(r.metrics.lost_gpu_hours * 3600, c.lost_gpu_s, 1e-6) << c.name;
+    EXPECT_NEAR(r.first_start[1], c.high_start, 1e-6) << c.name;
+    EXPECT_NEAR(r.finish[0], 10000 + c.lost_gpu_s + 100, 1e-6) << c.name;
+    EXPECT_EQ(r.metrics.checkpoint_requests, c.requests) << c.name;
+    EXPECT_TRUE(r.violations.empty()) << c.name << ": " << r.violations[0];
+    // The high job's wait is attributed: to its victim saving (or inside its grace period).
+    double attributed = 0;
+    for (int k = 0; k < SimMetrics::kCauses; ++k) attributed += r.metrics.high_wait_cause_s[k];
+    EXPECT_NEAR(attributed, c.high_start - c.high_submit, 1e-6) << c.name;
+    EXPECT_NEAR(r.metrics.high_wait_cause_s[0], c.high_start - c.high_submit, 1e-6) << c.name;
+  }
 }
 
 TEST(Simulator, AntiThrashingRulesGiveZeroThrashCycles) {

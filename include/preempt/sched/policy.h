@@ -42,7 +42,23 @@ struct PolicyConfig {
 
   // Hint-aware rules; each is off when set to 0 / false.
   bool checkpoint_then_evict = true;   // ask the victim to checkpoint, evict after the commit
+  // Trust the runtime's SIGTERM path: a victim with fresh hints whose grace need (drain + stall +
+  // persist) fits the grace it is granted (hints grace.granted_s) is sent SIGTERM directly and
+  // saves inside its termination grace period; no separate checkpoint request round trip.
+  // Checkpoint-then-evict stays for victims whose grace need exceeds their grant (or is unknown).
+  bool sigterm_save = true;
+  // A victim whose uncommitted work is at most this many seconds is killed at once (no grace
+  // period) when a high-priority job needs its GPUs: it loses that little work, and the
+  // preemptor does not wait for a save. 0 = off.
+  double kill_now_max_lost_s = 120;
+  // The longest a high-priority job should wait for one victim's save: a victim whose save
+  // (drain + stall + persist) takes longer is killed at once instead, and the victim search
+  // prefers nodes whose victims save in time (the cost counts the lost work). < 0 (default): the
+  // victim's own grace period (hints grace.granted_s), i.e. never longer than Kubernetes would
+  // make the preemptor wait for that victim; 0 = off.
+  double high_tolerable_wait_s = -1;
   double checkpoint_deadline_s = 120;  // evict anyway when the commit has not shown up by then
+  bool kill_after_commit = true;       // once the requested commit is durable, kill at once (no second save on SIGTERM)
   double min_runtime_s = 300;          // not a victim before running this long since it resumed from its last commit
   double cooldown_s = 300;             // a preempted job is not restarted before this
   double budget_window_s = 3600;       // per-queue preemption budget window
@@ -55,6 +71,9 @@ struct PolicyConfig {
   double unknown_lost_work_s = 3600;   // lost work assumed for a job with no valid hints (never free)
   double restore_s = 60;               // default restore time when a job does not know its own
   double wait_alert_s = 600;           // suggest action when a high job's estimated wait passes this
+  // A high-priority job that has waited this long may take victims still inside their minimum
+  // run time (never jobs in their cooldown). 0 = off.
+  double high_min_runtime_override_s = 0;
   int max_preemptors_per_pass = 256;   // bound on victim searches per Decide() call
 };
 
@@ -121,11 +140,29 @@ struct Action {
   std::string for_job;
   int for_index = -1;          // the preemptor, for victims
   double est_lost_gpu_s = 0;    // estimated work lost by a victim (GPU-seconds, incl. restore)
+  // kEvict only: seconds between SIGTERM and SIGKILL. < 0: the job's own termination grace period
+  // (a preempt-aware job saves inside it); 0: kill at once (the victim's last commit is what it
+  // resumes from).
+  double grace_s = -1;
   std::string reason;           // one line
 };
 
+// Why a high-priority job is still pending after a pass (for the estimate and for wait breakdowns).
+enum class WaitCause {
+  kVictimsLeaving,  // victims chosen for it are checkpointing / saving / exiting
+  kMinRuntime,      // the lower jobs that would free enough GPUs are inside their minimum run time
+  kBudget,          // a queue's preemption budget is exhausted
+  kLowShare,        // the only victims would take low below its guaranteed share
+  kNoVictim,        // no node can free enough GPUs from lower-priority jobs
+  kOther,           // larger than any node, policy does not preempt, search limit
+};
+inline constexpr int kNumWaitCauses = 6;
+const char* WaitCauseName(WaitCause c);  // "victims-leaving" | "min-runtime" | ...
+
 struct WaitEstimate {  // for each high-priority job still pending after this pass
   std::string job;
+  int job_index = -1;           // index into ClusterState::jobs
+  WaitCause cause = WaitCause::kOther;
   double waited_s = 0;
   double est_wait_s = 0;        // total expected wait (inf when nothing will free GPUs)
   std::string suggestion;       // empty unless est_wait_s > wait_alert_s

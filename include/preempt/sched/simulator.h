@@ -6,8 +6,14 @@
 // without a checkpoint loses the progress since the last durable commit; every restart from a
 // commit pays `restore_s` of GPU time first. Checkpoint-then-evict: the job snapshots after
 // drain + stall, the commit is durable after persist, then it is evicted (losing only the
-// progress made while persisting). Evicted jobs free their GPUs `eviction_latency_s` after the
-// SIGTERM. The simulator gives the policy exact, fresh hints.
+// progress made while persisting). Eviction is the same for every policy, as in Kubernetes: a
+// victim gets SIGTERM and its termination grace period (SimOptions: sized from its hints, as
+// examples/k8s does, or one fixed value). A preempt-aware job (SimOptions::sigterm_saves) stops
+// training, saves (drain + stall + persist) and exits when the save fits its grace; otherwise it is
+// SIGKILLed when the grace ends and loses the work since its last commit. A naive job exits at
+// once. A policy may also kill a victim at once (Action::grace_s = 0). GPUs free
+// `eviction_latency_s` after the process is gone. The simulator gives the policy exact, fresh hints
+// (grace.granted_s included).
 //
 // Thread-safety: Simulate() is reentrant (one call per thread per trace is fine).
 #pragma once
@@ -73,7 +79,14 @@ struct AlibabaOptions {
 Status LoadAlibabaTrace(const AlibabaOptions& opt, Trace* out);
 
 struct SimOptions {
-  double eviction_latency_s = 1.0;
+  double eviction_latency_s = 1.0;  // process teardown after exit/kill until the GPUs are free
+  // Workload: true = jobs run the preempt runtime and save inside their grace period on SIGTERM;
+  // false = naive jobs that exit at once on SIGTERM, losing their uncommitted work.
+  bool sigterm_saves = true;
+  // terminationGracePeriodSeconds: > 0 = this value for every job; 0 = sized per job from its
+  // hints as examples/k8s does: grace_factor x grace.needed_s + grace_extra_s.
+  double grace_period_s = 30;  // the Kubernetes default terminationGracePeriodSeconds
+  double grace_factor = 1.5, grace_extra_s = 10;
   double thrash_window_s = 600;     // a preemption within this time of the job's previous one is a thrash cycle
   double starvation_s = 6 * 3600;   // a low job waiting longer than this (first start) is starved
   double horizon_s = 0;             // stop here (0 = run until every job has finished)
@@ -94,7 +107,17 @@ struct SimMetrics {
   double decide_mean_us = 0, decide_max_us = 0;
   int capacity_violations = 0;      // must be 0
   double work_conservation_error_s = 0;  // |allocated - useful - lost| summed; ~0
+  // Where high-priority jobs' first-start waits went, in job-seconds per WaitCause (as the policy
+  // reported it after each decision; victims-leaving is split into victims-saving: checkpointing
+  // on request or inside their SIGTERM grace period, and victims-exiting: process teardown), over all
+  // high jobs and over the tail (the jobs whose wait is at or above the p95).
+  static constexpr int kCauses = kNumWaitCauses + 1;  // + "victims-exiting" at the end
+  double high_wait_cause_s[kCauses] = {};
+  double high_tail_wait_cause_s[kCauses] = {};
+  int high_tail_jobs = 0;
 };
+// Name of SimMetrics cause slot k ("victims-saving" for slot 0, "victims-exiting" for the last).
+const char* SimWaitCauseName(int k);
 
 struct SimResult {
   SimMetrics metrics;
@@ -107,7 +130,7 @@ struct SimResult {
 
 Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions& opt, SimResult* out);
 
-// "fcfs" | "k8s" | "hint-norules" | "hint" | "hint-refill" → preset (false when unknown).
+// "fcfs" | "k8s" | "hint-norules" | "hint-ckpt" | "hint" | "hint-refill" → preset (false when unknown).
 bool PolicyByName(const std::string& name, PolicyConfig* out);
 
 // Metrics as CSV header + row, and a fixed-width table.
