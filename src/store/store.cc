@@ -211,7 +211,7 @@ class Store::Impl {
   void execute(SaveJob* job);
   Status write_rank_files(SaveJob* job, const std::string& tmp_dir, SaveStats* stats);
   Status commit(SaveJob* job, const std::string& tmp_dir, const std::string& final_dir, SaveStats* stats);
-  Status wait_for_manifests(const std::string& tmp_dir, Deadline deadline);
+  Status wait_for_manifests(SaveJob* job, const std::string& tmp_dir, Deadline deadline);
   Status apply_retention(int64_t newest);
 
   std::mutex mu_;
@@ -355,8 +355,12 @@ Status Store::Impl::write_rank_files(SaveJob* job, const std::string& tmp_dir, S
   return Status::OK();
 }
 
-Status Store::Impl::wait_for_manifests(const std::string& tmp_dir, Deadline deadline) {
+Status Store::Impl::wait_for_manifests(SaveJob* job, const std::string& tmp_dir, Deadline deadline) {
   for (;;) {
+    if (job->cancelled_.load()) {
+      return Status(StatusCode::kAborted, "checkpoint step " + std::to_string(job->req_.step) +
+                                              " cancelled while waiting for the other ranks' manifests");
+    }
     bool all = true;
     for (int r = 0; r < o_.world_size && all; ++r) all = fs_->exists(JoinPath(tmp_dir, format::RankManifestName(r)));
     if (all) return Status::OK();
@@ -373,7 +377,7 @@ Status Store::Impl::commit(SaveJob* job, const std::string& tmp_dir, const std::
   if (o_.commit_barrier) {
     PREEMPT_RETURN_IF_ERROR(o_.commit_barrier(deadline).WithContext("commit barrier (manifests durable)"));
   } else if (o_.rank == 0 && o_.world_size > 1) {
-    PREEMPT_RETURN_IF_ERROR(wait_for_manifests(tmp_dir, deadline));
+    PREEMPT_RETURN_IF_ERROR(wait_for_manifests(job, tmp_dir, deadline));
   }
   if (o_.rank == 0) {
     if (job->cancelled_.load()) return Status(StatusCode::kAborted, "checkpoint step " + std::to_string(job->req_.step) + " cancelled");

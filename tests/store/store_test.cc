@@ -578,6 +578,21 @@ TEST(Store, IoUringRefusedBySeccompFallsBack) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// Rank 0 waiting for a rank that never writes its manifest can be cancelled (no 600 s hang).
+TEST(Store, CancelWhileWaitingForOtherRanks) {
+  TempDir dir;
+  StoreOptions o = SmallOptions(dir / "ckpt");
+  o.world_size = 2;
+  Store store(o);
+  Fixture f = MakeRequest(4, o.chunk_bytes);
+  auto h = store.save_async(f.req);
+  EXPECT_EQ(h->wait(Deadline::InSeconds(0.3)).code(), StatusCode::kDeadlineExceeded);
+  h->cancel();
+  Status s = h->wait(Deadline::InSeconds(10));
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir / "ckpt/step-00000004"));
+}
+
 // Two ranks (threads here; processes in the runtime tests) commit one checkpoint together.
 TEST(Store, TwoRanksOneCommit) {
   TempDir dir;
