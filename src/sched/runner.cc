@@ -118,7 +118,7 @@ Status RunJobs(const std::vector<RunJobSpec>& specs, const RunOptions& opt, std:
       p.slots.clear();
       ::unlink(p.request_path.c_str());
       if (p.sigterm_sent && !ok) {
-        emit("preempted", j.id, how + (p.killed ? " (SIGKILL after grace)" : ""));
+        emit("preempted", j.id, how + (p.killed ? " (SIGKILLed)" : ""));
         j.phase = JobPhase::kPending;
         j.node = -1;
         j.last_preempted = now;
