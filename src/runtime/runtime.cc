@@ -398,7 +398,8 @@ Action Runtime::stop_path(int64_t step, const StopDecision& d) {
   std::shared_ptr<SaveHandle> handle;
   if (result.ok()) {
     try {
-      handle = state_->checkpoint_async(*store_, step + 1, torch::WhenBusy::kWait, deadline);
+      // Training is over for this process: write straight from the live tensors (no staging copy).
+      handle = state_->checkpoint_in_place(*store_, step + 1, deadline);
       stats_.stall_s = state_->stats().last_stall_s;
     } catch (const Error& e) {
       result = e.status().WithContext("stop snapshot");

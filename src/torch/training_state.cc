@@ -710,6 +710,7 @@ struct TrainingState::Staging {
   int64_t step = -1;
   uint64_t bytes = 0;
   std::vector<SaveItem> items;
+  std::vector<Piece> pieces;  // checkpoint_in_place: keeps blobs and tensors alive while saving
   std::shared_ptr<SaveHandle> handle;
   bool busy() const { return handle && !handle->done(); }
 };
@@ -925,6 +926,47 @@ Status TrainingState::snapshot(int64_t step, WhenBusy when_busy, Deadline deadli
   return Status::OK();
 }
 
+std::shared_ptr<SaveHandle> TrainingState::checkpoint_in_place(Store& store, int64_t step, Deadline deadline) {
+  // Saves already queued are written first by the store; nothing to wait for here.
+  std::vector<Piece> pieces = CollectAll(tracked_);
+  for (const auto& p : pieces) {
+    if (!p.is_blob && p.nbytes() > 0 && !(p.tensor.device().is_cpu() && p.tensor.is_contiguous())) {
+      return checkpoint_async(store, step, WhenBusy::kWait, deadline);
+    }
+  }
+  if (in_place_ && in_place_->busy()) ThrowIfError(in_place_->handle->wait(deadline).WithContext("previous in-place save"));
+  if (!in_place_) in_place_ = std::make_unique<Staging>();
+  Staging* buf = in_place_.get();
+  auto t0 = Clock::now();
+  buf->pieces = std::move(pieces);
+  buf->items.clear();
+  buf->items.reserve(buf->pieces.size());
+  uint64_t bytes = 0;
+  for (const auto& p : buf->pieces) {
+    SaveItem item;
+    item.name = p.name;
+    item.nbytes = p.nbytes();
+    if (p.is_blob) {
+      item.dtype = DType::kBytes;
+      item.data = p.blob.data();
+    } else {
+      item.dtype = ToDType(p.tensor.scalar_type());
+      item.shape.assign(p.tensor.sizes().begin(), p.tensor.sizes().end());
+      item.data = item.nbytes ? p.tensor.data_ptr() : nullptr;
+    }
+    bytes += item.nbytes;
+    buf->items.push_back(std::move(item));
+  }
+  buf->step = step;
+  buf->bytes = bytes;
+  stats_.snapshots++;
+  stats_.last_stall_s = SecondsSince(t0);  // no copy: only collecting the entries
+  stats_.last_bytes = bytes;
+  stats_.last_entries = buf->pieces.size();
+  staged_ = buf;
+  return persist_async(store);
+}
+
 std::shared_ptr<SaveHandle> TrainingState::persist_async(Store& store) {
   if (!staged_) Fail(StatusCode::kInvalidArgument, "persist_async: no snapshot is staged");
   Staging* buf = staged_;
@@ -979,6 +1021,10 @@ Status TrainingState::wait_all(Deadline deadline) {
   for (auto& b : staging_) {
     if (!b->handle) continue;
     Status s = b->handle->wait(deadline);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  if (in_place_ && in_place_->handle) {
+    Status s = in_place_->handle->wait(deadline);
     if (!s.ok() && first.ok()) first = s;
   }
   if (!first.ok() && stats_.first_error.ok()) stats_.first_error = first;

@@ -154,6 +154,12 @@ class TrainingState {
   std::shared_ptr<SaveHandle> checkpoint_async(Store& store, int64_t step,
                                                WhenBusy when_busy = WhenBusy::kWait,
                                                Deadline deadline = Deadline::Never());
+  // The stop checkpoint: the caller will not modify tracked state until the returned save is
+  // done, so CPU-contiguous tensors are written straight from their own memory and the copy into
+  // staging (the stall) is skipped. Falls back to checkpoint_async(kWait) when any entry is on a
+  // device or not contiguous. Throws Error like checkpoint_async.
+  std::shared_ptr<SaveHandle> checkpoint_in_place(Store& store, int64_t step,
+                                                  Deadline deadline = Deadline::Never());
   // True when the periodic policy wants a checkpoint at `step`.
   bool checkpoint_due(int64_t step) const;
   // checkpoint_async with options().when_busy when checkpoint_due(step), else nullptr.
@@ -194,6 +200,7 @@ class TrainingState {
   std::vector<std::unique_ptr<Tracked>> tracked_;
   std::vector<std::unique_ptr<Staging>> staging_;
   Staging* staged_ = nullptr;  // snapshot staged and not yet persisted
+  std::unique_ptr<Staging> in_place_;  // the last checkpoint_in_place: its entries and handle
   TrainingStateStats stats_;
   std::chrono::steady_clock::time_point last_checkpoint_;
   bool have_last_checkpoint_ = false;
