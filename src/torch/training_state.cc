@@ -52,6 +52,18 @@ std::string Serialize(const std::function<void(cereal::PortableBinaryOutputArchi
   return std::move(os).str();
 }
 
+// Parses a cereal blob entry; a blob that does not parse is corruption naming the entry.
+template <class T>
+void ParseBlob(const std::string& blob, const std::string& entry_name, T* out) {
+  std::istringstream is(blob);
+  try {
+    cereal::PortableBinaryInputArchive ar(is);
+    ar(*out);
+  } catch (const std::exception& e) {
+    Fail(StatusCode::kCorruption, "restore: entry '" + entry_name + "' does not parse: " + e.what());
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -456,15 +468,7 @@ class TrackedOptimizer : public TrainingState::Tracked {
   void finish(RestoreContext& ctx) override {
     if (!ctx.require(entry("meta"))) return;
     OptimRecord rec;
-    {
-      std::istringstream is(ctx.take_blob(entry("meta")));
-      try {
-        cereal::PortableBinaryInputArchive ar(is);
-        ar(rec);
-      } catch (const std::exception& e) {
-        Fail(StatusCode::kCorruption, "restore: entry '" + entry("meta") + "' does not parse: " + e.what());
-      }
-    }
+    ParseBlob(ctx.take_blob(entry("meta")), entry("meta"), &rec);
     if (rec.kind != kind_)
       Fail(StatusCode::kMismatch, "restore: '" + name_ + "' is a " + kind_ + " optimizer, checkpoint has " + rec.kind);
     auto& groups = o_.param_groups();
@@ -548,13 +552,7 @@ class TrackedReplaySampler : public TrainingState::Tracked {
   void finish(RestoreContext& ctx) override {
     if (!ctx.require(entry("state"))) return;
     SamplerRecord r;
-    std::istringstream is(ctx.take_blob(entry("state")));
-    try {
-      cereal::PortableBinaryInputArchive ar(is);
-      ar(r);
-    } catch (const std::exception& e) {
-      Fail(StatusCode::kCorruption, "restore: entry '" + entry("state") + "' does not parse: " + e.what());
-    }
+    ParseBlob(ctx.take_blob(entry("state")), entry("state"), &r);
     if (r.kind != kind_) Fail(StatusCode::kMismatch, "restore: '" + name_ + "' is a " + kind_ + ", checkpoint has " + r.kind);
     if constexpr (std::is_base_of_v<::torch::data::samplers::DistributedSampler<>, S>)
       s_.set_epoch(static_cast<size_t>(r.epoch));
@@ -596,13 +594,7 @@ class TrackedResumableSampler : public TrainingState::Tracked {
   void finish(RestoreContext& ctx) override {
     if (!ctx.require(entry("state"))) return;
     SamplerRecord r;
-    std::istringstream is(ctx.take_blob(entry("state")));
-    try {
-      cereal::PortableBinaryInputArchive ar(is);
-      ar(r);
-    } catch (const std::exception& e) {
-      Fail(StatusCode::kCorruption, "restore: entry '" + entry("state") + "' does not parse: " + e.what());
-    }
+    ParseBlob(ctx.take_blob(entry("state")), entry("state"), &r);
     if (r.kind != "resumable_random")
       Fail(StatusCode::kMismatch, "restore: '" + name_ + "' is a resumable_random sampler, checkpoint has " + r.kind);
     if (!ctx.require(entry("perm"))) return;
