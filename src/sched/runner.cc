@@ -119,12 +119,7 @@ Status RunJobs(const std::vector<RunJobSpec>& specs, const RunOptions& opt, std:
       ::unlink(p.request_path.c_str());
       if (p.sigterm_sent && !ok) {
         emit("preempted", j.id, how + (p.killed ? " (SIGKILLed)" : ""));
-        j.phase = JobPhase::kPending;
-        j.node = -1;
-        j.last_preempted = now;
-        j.preemptions++;
-        j.hints.reset();
-        j.preemptor.clear();
+        j.RequeueAfterPreemption(now);
         p.sigterm_sent = p.killed = false;
         ++k;
         continue;

@@ -468,12 +468,7 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
           s->last_preempted = now;
           s->preemptions++;
           m.preemptions++;
-          j.phase = JobPhase::kPending;
-          j.node = -1;
-          j.last_preempted = now;
-          j.preemptions++;
-          j.hints.reset();
-          j.preemptor.clear();
+          j.RequeueAfterPreemption(now);
           j.request_id = 0;
           break;
         }

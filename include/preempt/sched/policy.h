@@ -110,6 +110,17 @@ struct Job {
   double request_time = 0;
   std::string preemptor;
   int64_t user = -1;               // opaque tag for the caller (the simulator's job index)
+
+  // Back to the queue after an eviction: unplaced, the preemption counted (cooldown starts now),
+  // and what described the finished run (hints, the job it made room for) forgotten.
+  void RequeueAfterPreemption(double now) {
+    phase = JobPhase::kPending;
+    node = -1;
+    last_preempted = now;
+    preemptions++;
+    hints.reset();
+    preemptor.clear();
+  }
 };
 
 struct PreemptionRecord {  // history for the per-queue budget
