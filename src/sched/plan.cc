@@ -136,6 +136,7 @@ Status PolicyFromJson(const std::string& json, PolicyConfig* c) {
       {"kill_now_max_lost_s", &c->kill_now_max_lost_s},
       {"high_tolerable_wait_s", &c->high_tolerable_wait_s},
       {"high_min_runtime_override_s", &c->high_min_runtime_override_s},
+      {"nonhigh_preempt_delay_s", &c->nonhigh_preempt_delay_s},
   };
   for (auto it = doc.MemberBegin(); it != doc.MemberEnd(); ++it) {
     std::string k = it->name.GetString();

@@ -210,6 +210,7 @@ PolicyConfig HintAwareNoRulesPolicy() {
   c.reserved_headroom = 0;
   c.refill_headroom = false;
   c.low_guaranteed_share = 0;
+  c.nonhigh_preempt_delay_s = 0;
   return c;
 }
 
@@ -590,6 +591,13 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     if (cfg.kind == PolicyKind::kFcfs || !cfg.preempts_lower[cls]) {
       if (j.cls == PriorityClass::kHigh) blocked_high.emplace_back(ji, WaitCause::kOther);
       continue;
+    }
+    if (hint && j.cls != PriorityClass::kHigh && cfg.nonhigh_preempt_delay_s > 0) {
+      double since = std::max(j.submit_time, j.last_preempted);  // pending since
+      if (now < since + cfg.nonhigh_preempt_delay_s) {
+        out.recheck_at = std::min(out.recheck_at, since + cfg.nonhigh_preempt_delay_s);
+        continue;
+      }
     }
     if (searches >= cfg.max_preemptors_per_pass) {
       if (j.cls == PriorityClass::kHigh) blocked_high.emplace_back(ji, WaitCause::kOther);

@@ -298,6 +298,9 @@ struct SimJob {
   double exit_at = -kInf;     // after SIGTERM: when the process is gone (saved, or killed)
   double first_start = -1, finish = -1;
   double allocated_gpu_s = 0, lost_gpu_s = 0;
+  // lost_gpu_s split: restores paid, trained-but-uncommitted progress thrown away, and time
+  // between the stop (SIGTERM) and the GPUs being free (the save inside the grace + teardown).
+  double lost_restore_gpu_s = 0, lost_discarded_gpu_s = 0, lost_stopped_gpu_s = 0;
   double last_preempted = -kInf;
   int preemptions = 0;
   bool placed = false;
@@ -404,6 +407,14 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
     if (gain < -1e-6) violation("job " + s.t->id + ": committed progress went backwards");
     s.allocated_gpu_s += s.t->gpus * alloc;
     s.lost_gpu_s += s.t->gpus * std::max(0.0, lost);
+    {
+      double restore = std::min(alloc, s.seg_restore);
+      double trained = std::max(0.0, std::min(now, s.stop_at) - s.seg_start - s.seg_restore);
+      double stopped = std::max(0.0, alloc - restore - trained);
+      s.lost_restore_gpu_s += s.t->gpus * restore;
+      s.lost_stopped_gpu_s += s.t->gpus * stopped;
+      s.lost_discarded_gpu_s += s.t->gpus * std::max(0.0, lost - restore - stopped);
+    }
     s.p0 = committed;
     s.gen++;
     s.extra_progress = -1;
@@ -643,6 +654,9 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
     }
     alloc += a;
     lost += l;
+    m.lost_restore_gpu_hours += s.lost_restore_gpu_s / 3600.0;
+    m.lost_discarded_gpu_hours += s.lost_discarded_gpu_s / 3600.0;
+    m.lost_stopped_gpu_hours += s.lost_stopped_gpu_s / 3600.0;
     if (s.finish >= 0) m.work_conservation_error_s += std::fabs(s.allocated_gpu_s - s.lost_gpu_s - s.t->gpus * s.t->duration_s);
     double wait = s.first_start >= 0 ? s.first_start - s.t->submit : std::max(0.0, end - s.t->submit);
     if (s.t->submit > end) continue;
@@ -696,32 +710,35 @@ const char* SimWaitCauseName(int k) {
 std::string MetricsCsvHeader() {
   return "trace,policy,jobs,completed,high_wait_mean_s,high_wait_p95_s,medium_wait_mean_s,low_wait_mean_s,"
          "low_wait_max_s,low_total,low_completed,low_starved,lost_gpu_hours,preemptions,checkpoint_requests,"
-         "thrash_cycles,utilization,makespan_s,decisions,decide_mean_us,decide_max_us,capacity_violations\n";
+         "thrash_cycles,utilization,makespan_s,decisions,decide_mean_us,decide_max_us,capacity_violations,"
+         "lost_restore_gpu_hours,lost_discarded_gpu_hours,lost_stopped_gpu_hours\n";
 }
 
 std::string MetricsCsvRow(const std::string& trace, const SimMetrics& m) {
   char buf[1024];
   snprintf(buf, sizeof buf,
-           "%s,%s,%d,%d,%.1f,%.1f,%.1f,%.1f,%.1f,%d,%d,%d,%.3f,%d,%d,%d,%.4f,%.0f,%d,%.1f,%.1f,%d\n", trace.c_str(),
+           "%s,%s,%d,%d,%.1f,%.1f,%.1f,%.1f,%.1f,%d,%d,%d,%.3f,%d,%d,%d,%.4f,%.0f,%d,%.1f,%.1f,%d,%.3f,%.3f,%.3f\n",
+           trace.c_str(),
            m.policy.c_str(), m.jobs, m.completed, m.high_wait_mean_s, m.high_wait_p95_s, m.medium_wait_mean_s,
            m.low_wait_mean_s, m.low_wait_max_s, m.low_total, m.low_completed, m.low_starved, m.lost_gpu_hours,
            m.preemptions, m.checkpoint_requests, m.thrash_cycles, m.utilization, m.makespan_s, m.decisions,
-           m.decide_mean_us, m.decide_max_us, m.capacity_violations);
+           m.decide_mean_us, m.decide_max_us, m.capacity_violations, m.lost_restore_gpu_hours,
+           m.lost_discarded_gpu_hours, m.lost_stopped_gpu_hours);
   return buf;
 }
 
 std::string MetricsTable(const std::string& trace, const std::vector<SimMetrics>& rows) {
   std::ostringstream o;
   char buf[512];
-  snprintf(buf, sizeof buf, "%-26s %-13s %10s %10s %10s %8s %8s %7s %9s %9s %7s %6s\n", "trace", "policy",
+  snprintf(buf, sizeof buf, "%-26s %-13s %10s %10s %10s %8s %8s %7s %9s %9s %7s %6s  %s\n", "trace", "policy",
            "hi_mean_s", "hi_p95_s", "lost_GPUh", "preempt", "ckpt_req", "thrash", "lo_mean_s", "lo_starv", "util",
-           "dec_us");
+           "dec_us", "lost=restore+discarded+stopped");
   o << buf;
   for (const auto& m : rows) {
-    snprintf(buf, sizeof buf, "%-26.26s %-13s %10.0f %10.0f %10.2f %8d %8d %7d %9.0f %9d %7.3f %6.0f\n",
+    snprintf(buf, sizeof buf, "%-26.26s %-13s %10.0f %10.0f %10.2f %8d %8d %7d %9.0f %9d %7.3f %6.0f  %.1f+%.1f+%.1f\n",
              trace.c_str(), m.policy.c_str(), m.high_wait_mean_s, m.high_wait_p95_s, m.lost_gpu_hours,
              m.preemptions, m.checkpoint_requests, m.thrash_cycles, m.low_wait_mean_s, m.low_starved, m.utilization,
-             m.decide_mean_us);
+             m.decide_mean_us, m.lost_restore_gpu_hours, m.lost_discarded_gpu_hours, m.lost_stopped_gpu_hours);
     o << buf;
   }
   return o.str();

@@ -146,7 +146,8 @@ TEST(Plan, Rfc3339) {
 TEST(Plan, PolicyOverrides) {
   PolicyConfig p;
   ASSERT_TRUE(PolicyFromJson(R"({"kind":"k8s","min_runtime_s":5,"checkpoint_then_evict":false,
-                                 "budget_max_preemptions":3,"preempts_lower":[false,false,true]})",
+                                 "budget_max_preemptions":3,"preempts_lower":[false,false,true],
+                                 "nonhigh_preempt_delay_s":60})",
                              &p)
                   .ok());
   EXPECT_EQ(p.kind, PolicyKind::kKubernetes);
@@ -154,6 +155,7 @@ TEST(Plan, PolicyOverrides) {
   EXPECT_FALSE(p.checkpoint_then_evict);
   EXPECT_EQ(p.budget_max_preemptions, 3);
   EXPECT_FALSE(p.preempts_lower[1]);
+  EXPECT_EQ(p.nonhigh_preempt_delay_s, 60);
   Status s = PolicyFromJson(R"({"min_runtime":5})", &p);
   EXPECT_NE(s.message().find("unknown field 'min_runtime'"), std::string::npos) << s.ToString();
   s = PolicyFromJson(R"({"cooldown_s":"x"})", &p);

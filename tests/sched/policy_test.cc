@@ -389,6 +389,48 @@ TEST(Policy, NonHighBlockedOnlyByTheReserveWaitsInsteadOfPreempting) {
   EXPECT_EQ(d.actions[0].job, "l1");
 }
 
+// A job below high priority preempts only after it has waited nonhigh_preempt_delay_s since it
+// was submitted or requeued; high priority preempts at once; free GPUs are used at once.
+TEST(Policy, NonHighPreemptDelayTable) {
+  struct Case {
+    const char* name;
+    PriorityClass cls;
+    double delay_s, waited_s, requeued_ago_s;  // requeued_ago_s < 0: never preempted
+    bool free_gpu;                              // a free GPU is there: start, no preemption
+    bool preempts;
+    double recheck_at;                          // expected Decisions::recheck_at (inf = none)
+  } cases[] = {
+      {"medium, waited less than the delay", M, 1800, 600, -1, false, false, kNow + 1200},
+      {"medium, waited exactly the delay", M, 1800, 1800, -1, false, true, INFINITY},
+      {"medium, waited longer", M, 1800, 5000, -1, false, true, INFINITY},
+      {"medium, requeued 100 s ago (submitted long ago)", M, 1800, 90000, 100, false, false, kNow + 1700},
+      {"medium, delay off", M, 0, 1, -1, false, true, INFINITY},
+      {"high preempts at once", H, 1800, 1, -1, false, true, INFINITY},
+      {"medium, a free GPU: starts at once", M, 1800, 1, -1, true, false, INFINITY},
+  };
+  for (const auto& c : cases) {
+    B b({c.free_gpu ? 2 : 1});
+    b.Run("low", L, 1, 0, 3600, MakeHints(900));
+    Job& p = b.Pend("p", c.cls, 1, c.waited_s);
+    if (c.requeued_ago_s >= 0) p.last_preempted = kNow - c.requeued_ago_s;
+    PolicyConfig cfg = Hint();
+    cfg.nonhigh_preempt_delay_s = c.delay_s;
+    Decisions d = Decide(b.st, cfg);
+    const Action* victim = Find(d, "low");
+    EXPECT_EQ(victim != nullptr, c.preempts) << c.name << "\n" << Dump(d);
+    if (c.free_gpu) {
+      const Action* start = Find(d, "p");
+      ASSERT_TRUE(start) << c.name << "\n" << Dump(d);
+      EXPECT_EQ(start->kind, ActionKind::kStart) << c.name;
+    }
+    if (!c.preempts && !c.free_gpu) EXPECT_TRUE(d.actions.empty()) << c.name << "\n" << Dump(d);
+    EXPECT_EQ(d.recheck_at, c.recheck_at) << c.name;
+  }
+  // The default policy has the delay on; the no-rules preset and the baselines do not.
+  EXPECT_GT(PolicyConfig().nonhigh_preempt_delay_s, 0);
+  EXPECT_EQ(HintAwareNoRulesPolicy().nonhigh_preempt_delay_s, 0);
+}
+
 TEST(Policy, LowGuaranteedShareIsNotPreempted) {
   struct Case {
     double share;

@@ -99,6 +99,8 @@ TEST(Simulator, LostWorkModel) {
   ckpt.high_tolerable_wait_s = 0;
   PolicyConfig tol_off = HintAwareNoRulesPolicy();
   tol_off.high_tolerable_wait_s = 0;
+  PolicyConfig tol_grace = HintAwareNoRulesPolicy();  // a high job waits at most the victim's grace
+  tol_grace.high_tolerable_wait_s = -1;
   struct Case {
     const char* name;
     PolicyConfig policy;
@@ -114,7 +116,7 @@ TEST(Simulator, LostWorkModel) {
       {"hint: SIGTERM, saves in grace", HintAwareNoRulesPolicy(), true, 30, 2500, 38, 2510, 0},
       {"hint checkpoint-first, killed after the commit", ckpt, true, 30, 2500, 38, 2510, 1},
       {"hint, naive victim: checkpoint first", HintAwareNoRulesPolicy(), false, 30, 2500, 38, 2510, 1},
-      {"hint, save outlasts 5 s grace: kill now", HintAwareNoRulesPolicy(), true, 5, 2500, 530, 2500, 0},
+      {"hint, tolerable wait = grace, save outlasts 5 s grace: kill now", tol_grace, true, 5, 2500, 530, 2500, 0},
       {"hint, tolerable wait off: checkpoint first", tol_off, true, 5, 2500, 38, 2510, 1},
       {"hint, 50 s uncommitted: kill now", HintAwareNoRulesPolicy(), true, 30, 2050, 80, 2050, 0},
       {"k8s, 50 s uncommitted: saves", KubernetesPolicy(), true, 30, 2050, 38, 2060, 0},
@@ -129,6 +131,13 @@ TEST(Simulator, LostWorkModel) {
     ASSERT_TRUE(Simulate(t, c.policy, o, &r).ok()) << c.name;
     EXPECT_EQ(r.metrics.preemptions, 1) << c.name;
     EXPECT_NEAR(r.metrics.lost_gpu_hours * 3600, c.lost_gpu_s, 1e-6) << c.name;
+    // The split adds up: restores + trained-but-uncommitted progress + stop-to-free time.
+    EXPECT_NEAR(r.metrics.lost_restore_gpu_hours + r.metrics.lost_discarded_gpu_hours +
+                    r.metrics.lost_stopped_gpu_hours,
+                r.metrics.lost_gpu_hours, 1e-9)
+        << c.name;
+    if (!c.sigterm_saves && c.requests == 0)  // dies at once: nothing between stop and exit
+      EXPECT_NEAR(r.metrics.lost_stopped_gpu_hours, 0, 1e-12) << c.name;
     EXPECT_NEAR(r.first_start[1], c.high_start, 1e-6) << c.name;
     EXPECT_NEAR(r.finish[0], 10000 + c.lost_gpu_s + 100, 1e-6) << c.name;
     EXPECT_EQ(r.metrics.checkpoint_requests, c.requests) << c.name;

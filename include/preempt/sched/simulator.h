@@ -100,6 +100,10 @@ struct SimMetrics {
   double medium_wait_mean_s = 0, low_wait_mean_s = 0, low_wait_max_s = 0;
   int low_total = 0, low_completed = 0, low_starved = 0;
   double lost_gpu_hours = 0;        // uncommitted work + restores, GPU-hours
+  // lost_gpu_hours = restore + discarded + stopped: restores paid on every restart from a commit;
+  // trained progress thrown away (never committed); GPU time from the stop (SIGTERM, or the
+  // snapshot of a requested checkpoint) until the GPUs are free: the save and the teardown.
+  double lost_restore_gpu_hours = 0, lost_discarded_gpu_hours = 0, lost_stopped_gpu_hours = 0;
   int preemptions = 0, checkpoint_requests = 0, thrash_cycles = 0;
   double utilization = 0;           // allocated GPU-s / (GPUs x makespan)
   double makespan_s = 0;
