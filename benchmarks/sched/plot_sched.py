@@ -32,7 +32,7 @@ def main():
         ("utilization", "GPU utilization"),
     ]
     fig, axes = plt.subplots(len(traces), len(panels), figsize=(4 * len(panels), 3.2 * len(traces)), squeeze=False)
-    colors = {"fcfs": "#999999", "k8s": "#d62728", "hint-norules": "#ff7f0e", "hint-ckpt": "#9467bd", "hint": "#1f77b4", "hint-refill": "#2ca02c"}
+    colors = {"fcfs": "#999999", "k8s": "#d62728", "hint-norules": "#ff7f0e", "hint-ckpt": "#9467bd", "hint": "#1f77b4", "hint-nodefrag": "#17becf", "hint-refill": "#2ca02c"}
     for ti, trace in enumerate(traces):
         sub = [r for r in rows if r["trace"] == trace]
         names = [r["policy"] for r in sub]

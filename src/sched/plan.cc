@@ -137,6 +137,7 @@ Status PolicyFromJson(const std::string& json, PolicyConfig* c) {
       {"high_tolerable_wait_s", &c->high_tolerable_wait_s},
       {"high_min_runtime_override_s", &c->high_min_runtime_override_s},
       {"nonhigh_preempt_delay_s", &c->nonhigh_preempt_delay_s},
+      {"defrag_min_wait_s", &c->defrag_min_wait_s},
   };
   for (auto it = doc.MemberBegin(); it != doc.MemberEnd(); ++it) {
     std::string k = it->name.GetString();
@@ -157,9 +158,11 @@ Status PolicyFromJson(const std::string& json, PolicyConfig* c) {
        : k == "refill_headroom"     ? c->refill_headroom
        : k == "sigterm_save"        ? c->sigterm_save
                                     : c->kill_after_commit) = v.GetBool();
-    } else if (k == "budget_max_preemptions" || k == "max_preemptors_per_pass") {
+    } else if (k == "budget_max_preemptions" || k == "max_preemptors_per_pass" || k == "defrag_max_moves") {
       if (!v.IsInt()) return bad("an integer");
-      (k == "budget_max_preemptions" ? c->budget_max_preemptions : c->max_preemptors_per_pass) = v.GetInt();
+      (k == "budget_max_preemptions"    ? c->budget_max_preemptions
+       : k == "max_preemptors_per_pass" ? c->max_preemptors_per_pass
+                                        : c->defrag_max_moves) = v.GetInt();
     } else if (k == "priority_value" || k == "preempts_lower") {
       if (!v.IsArray() || v.Size() != kNumClasses) return bad("an array [low, medium, high]");
       for (int i = 0; i < kNumClasses; ++i) {
@@ -330,6 +333,7 @@ std::string FormatDecisions(const ClusterState& st, const Decisions& d) {
       o << buf;
     }
     if (a.kind == ActionKind::kEvict) o << (a.grace_s == 0 ? " grace=0(kill)" : a.grace_s < 0 ? " grace=own" : "");
+    if (a.to_node >= 0 && a.to_node < static_cast<int>(st.nodes.size())) o << " move_to=" << st.nodes[a.to_node].name;
     o << "  # " << a.reason << "\n";
   }
   for (const auto& w : d.waits) {
@@ -352,7 +356,8 @@ std::string DecisionsToJson(const ClusterState& st, const Decisions& d) {
     o << (i ? "," : "") << "{\"action\":\"" << ActionKindName(a.kind) << "\",\"job\":" << JsonEscape(a.job)
       << ",\"node\":" << JsonEscape(a.node >= 0 && a.node < static_cast<int>(st.nodes.size()) ? st.nodes[a.node].name : "")
       << ",\"for\":" << JsonEscape(a.for_job) << ",\"est_lost_gpu_s\":" << a.est_lost_gpu_s
-      << ",\"grace_s\":" << a.grace_s
+      << ",\"grace_s\":" << a.grace_s << ",\"move_to\":"
+      << JsonEscape(a.to_node >= 0 && a.to_node < static_cast<int>(st.nodes.size()) ? st.nodes[a.to_node].name : "")
       << ",\"reason\":" << JsonEscape(a.reason) << "}";
   }
   o << "],\"waits\":[";

@@ -91,6 +91,18 @@ VictimCost CostOf(const Job& v, double now, const PolicyConfig& c, bool for_high
   return out;
 }
 
+// How a victim leaves, for reasons.
+const char* HowText(const VictimCost& vc) {
+  if (vc.checkpoint_first) return "checkpoint first";
+  switch (vc.mode) {
+    case Mode::kSaveInGrace: return "SIGTERM, saves within its grace";
+    case Mode::kKillCheap: return "kill now (less uncommitted than a save loses)";
+    case Mode::kKillSlow: return "kill now (save too slow)";
+    case Mode::kKillSmall: return "kill now (little uncommitted work)";
+    default: return "SIGTERM with its own grace";
+  }
+}
+
 struct Budget {
   int count = 0;
   double lost_gpu_h = 0;
@@ -211,6 +223,7 @@ PolicyConfig HintAwareNoRulesPolicy() {
   c.refill_headroom = false;
   c.low_guaranteed_share = 0;
   c.nonhigh_preempt_delay_s = 0;
+  c.defrag_max_moves = 0;
   return c;
 }
 
@@ -241,6 +254,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
   }
   int placed_by_class[kNumClasses] = {0, 0, 0};
   std::vector<std::vector<int>> running_on(n_nodes);
+  std::vector<int> leaving_on(n_nodes, 0);  // GPUs of jobs checkpointing or evicting there
   // Job index by id, only for jobs someone is waiting on (victims name their preemptor).
   std::unordered_map<std::string, int> index_of;
   bool any_leaving = false;
@@ -252,6 +266,11 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     free[j.node] -= j.gpus;
     placed_by_class[static_cast<int>(j.cls)] += j.gpus;
     if (j.phase == JobPhase::kRunning) running_on[j.node].push_back(i);
+    else leaving_on[j.node] += j.gpus;
+  }
+  // Jobs being moved (or moved and not yet restarted) hold their GPUs on the node they restart on.
+  for (const Job& j : jobs) {
+    if (j.move_to >= 0 && j.move_to < n_nodes && j.phase != JobPhase::kRunning) free[j.move_to] -= j.gpus;
   }
 
   // 1. Victims already asked to checkpoint: evict once the commit shows, or at the deadline.
@@ -540,6 +559,319 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     return true;
   };
 
+  auto charge_budget = [&](const Job& v, const VictimCost& vc) {
+    if (!budget_on) return;
+    Budget& b = budget[v.queue];
+    b.count++;
+    b.lost_gpu_h += vc.lost_gpu_s / 3600.0;
+    b.oldest = std::min(b.oldest, now);
+  };
+
+  // Defragmentation (PolicyConfig::defrag_max_moves): for a high job that no node can take from
+  // lower-priority jobs alone, clear one node by moving smaller high jobs off it to places where
+  // they restart at once (free GPUs, or lower-priority victims evicted for them). Node choice:
+  // least total cost (lost work of the victims, saves + restores of the moved jobs, the
+  // preemptor's wait at its GPU count), by branch and bound on the cost without destinations.
+  int defrag_tries = 0;
+  int defrag_fail_gpus = 1 << 30;
+  auto movable = [&](int vi, const Job& j) -> bool {
+    const Job& v = jobs[vi];
+    if (chosen[vi] || v.cls != j.cls || v.gpus >= j.gpus || !HintsFresh(v, now, cfg)) return false;
+    if (cfg.min_runtime_s > 0 && now < v.start_time + cfg.min_runtime_s) return false;
+    const double spacing = cfg.cooldown_s + cfg.min_runtime_s;
+    if (now < v.last_moved + spacing || now < v.last_preempted + spacing) return false;
+    const VictimCost& c = vcost[vi];
+    if (c.mode == Mode::kSigterm) return false;
+    // Killing it would throw away more than its save loses: it must be able to save.
+    return c.mode != Mode::kKillCheap || lostw[vi] <= v.hints->cost.persist_s;
+  };
+  // Lower-priority victims on `node` a high job could take now (not chosen, past minimum run time).
+  auto lower_victims = [&](int node, const Job& j, const std::vector<char>& in_plan) {
+    std::vector<int> out_v;
+    for (int vi : running_on[node]) {
+      const Job& v = jobs[vi];
+      if (chosen[vi] || in_plan[vi] || v.cls >= j.cls) continue;
+      if (cfg.min_runtime_s > 0 && now < v.start_time + cfg.min_runtime_s) continue;
+      out_v.push_back(vi);
+    }
+    std::sort(out_v.begin(), out_v.end(), [&](int a, int b) {
+      double ca = vcost_high[a].lost_gpu_s / jobs[a].gpus, cb = vcost_high[b].lost_gpu_s / jobs[b].gpus;
+      if (jobs[a].cls != jobs[b].cls) return jobs[a].cls < jobs[b].cls;
+      if (ca != cb) return ca < cb;
+      return jobs[a].id < jobs[b].id;
+    });
+    return out_v;
+  };
+  struct Step {
+    int vi;          // victim or moved job
+    int node;        // where it runs
+    int for_index;   // the job it makes room for (the preemptor, or a moved job)
+    int to_node;     // moved jobs: where they restart; -1 for victims
+    VictimCost cost;
+  };
+  struct DestOption {
+    double cost;
+    int node;
+    std::vector<int> victims;
+  };
+  // Bounds on the work of one search: nodes evaluated with destinations, searches per pass.
+  constexpr int kDefragCandidates = 8, kDefragTries = 16;
+  std::vector<char> in_plan(jobs.size(), 0);
+  struct Cand {
+    double bound = 0;
+    int node = -1;  // -1: no candidate on this node
+    std::vector<Step> steps;  // for_index -1: the preemptor; moved jobs have to_node -2 until placed
+    double wait = 0;
+  };
+  // Node `node` cleared for high job j with lower-priority victims and moves of smaller high jobs:
+  // lower victims first, then the cheapest moves, then the most expensive unneeded ones dropped.
+  auto defrag_candidate = [&](int node, const Job& j) -> Cand {
+    Cand c;
+    if (st.nodes[node].gpus < j.gpus) return c;
+    const int avail = std::max(0, free[node]);
+    std::vector<int> low = lower_victims(node, j, in_plan);
+    std::vector<int> mov;
+    int low_g = 0, mov_g = 0;
+    for (int vi : low) low_g += jobs[vi].gpus;
+    if (avail + low_g >= j.gpus) return c;  // the regular search covers it (a cluster-wide rule said no)
+    for (int vi : running_on[node])
+      if (movable(vi, j)) mov.push_back(vi), mov_g += jobs[vi].gpus;
+    if (avail + low_g + mov_g < j.gpus) return c;
+    std::sort(mov.begin(), mov.end(), [&](int a, int b) {
+      double ca = vcost[a].lost_gpu_s / jobs[a].gpus, cb = vcost[b].lost_gpu_s / jobs[b].gpus;
+      if (ca != cb) return ca < cb;
+      return jobs[a].id < jobs[b].id;
+    });
+    const int need = j.gpus - avail;
+    std::vector<std::pair<int, bool>> taken;  // (job, moved)
+    int freed = 0;
+    for (int vi : low) taken.emplace_back(vi, false), freed += jobs[vi].gpus;
+    for (int vi : mov) {
+      if (freed >= need) break;
+      taken.emplace_back(vi, true);
+      freed += jobs[vi].gpus;
+    }
+    for (int t = static_cast<int>(taken.size()) - 1; t >= 0; --t) {
+      if (freed - jobs[taken[t].first].gpus >= need) {
+        freed -= jobs[taken[t].first].gpus;
+        taken.erase(taken.begin() + t);
+      }
+    }
+    int moves = 0;
+    for (const auto& [vi, moved] : taken) {
+      const VictimCost& vc = moved ? vcost[vi] : vcost_high[vi];
+      moves += moved;
+      c.steps.push_back({vi, node, -1, moved ? -2 : -1, vc});
+      c.bound += vc.lost_gpu_s;
+      c.wait = std::max(c.wait, vc.wait_s);
+    }
+    if (moves == 0 || moves > cfg.defrag_max_moves) return Cand{};
+    c.bound += j.gpus * c.wait;
+    c.node = node;
+    return c;
+  };
+  struct DefragCache {
+    std::vector<int> version;  // node_version the entry was computed at
+    std::vector<Cand> cand;
+  };
+  std::map<int, DefragCache> defrag_cache;  // by the preemptor's GPU count (all high)
+  // Destinations for moved jobs of g GPUs: the cheapest lower-priority victims per node, cached
+  // per pass like the candidates (computed without this plan's marks; checked at use).
+  struct DestCache {
+    std::vector<int> version;
+    std::vector<DestOption> opt;  // node -1: none on that node
+  };
+  std::map<int, DestCache> dest_cache;
+  const std::vector<char> no_plan(jobs.size(), 0);
+  auto try_defrag = [&](int ji) -> bool {
+    const Job& j = jobs[ji];
+    if (!hint || cfg.defrag_max_moves <= 0 || j.cls != PriorityClass::kHigh || j.gpus < 2) return false;
+    if (now < j.submit_time + cfg.defrag_min_wait_s) {
+      out.recheck_at = std::min(out.recheck_at, j.submit_time + cfg.defrag_min_wait_s);
+      return false;
+    }
+    if (j.gpus >= defrag_fail_gpus || defrag_tries >= kDefragTries) return false;
+
+    ++defrag_tries;
+    // Candidate nodes with a lower bound on their cost (no destinations yet), cached per pass
+    // for this GPU count and refreshed for nodes that changed since.
+    DefragCache& cache = defrag_cache[j.gpus];
+    if (cache.version.empty()) {
+      cache.version.assign(n_nodes, -1);
+      cache.cand.resize(n_nodes);
+    }
+    std::vector<const Cand*> cands;
+    for (int node = 0; node < n_nodes; ++node) {
+      if (cache.version[node] != node_version[node]) {
+        cache.version[node] = node_version[node];
+        cache.cand[node] = defrag_candidate(node, j);
+      }
+      if (cache.cand[node].node >= 0) cands.push_back(&cache.cand[node]);
+    }
+    std::sort(cands.begin(), cands.end(), [](const Cand* a, const Cand* b) {
+      return a->bound != b->bound ? a->bound < b->bound : a->node < b->node;
+    });
+    double best_cost = kInf;
+    std::vector<Step> best;
+    std::map<int, std::vector<const DestOption*>> dest_lists;  // by GPUs moved, cheapest first, on first use
+    std::map<int, char> dest_built;
+    int evaluated = 0;
+    std::vector<std::pair<int, int>> best_free_use;  // (node, free GPUs taken there)
+    for (const Cand* cp : cands) {
+      if (cp->bound >= best_cost || ++evaluated > kDefragCandidates) break;
+      Cand c = *cp;
+      // Destinations, largest moved job first: best fit on free GPUs elsewhere, else the
+      // cheapest lower-priority victims elsewhere.
+      std::vector<Step> steps;
+      std::unordered_map<int, int> used_free;
+      for (const Step& s : c.steps) in_plan[s.vi] = 1;
+      std::vector<Step*> moved;
+      for (Step& s : c.steps)
+        if (s.to_node == -2) moved.push_back(&s);
+      std::sort(moved.begin(), moved.end(), [&](const Step* a, const Step* b) {
+        return jobs[a->vi].gpus != jobs[b->vi].gpus ? jobs[a->vi].gpus > jobs[b->vi].gpus : a->vi < b->vi;
+      });
+      double cost = c.bound;
+      bool ok = true;
+      for (Step* mv : moved) {
+        const int g = jobs[mv->vi].gpus;
+        int fit = -1, fit_free = 1 << 30;
+        for (const auto& [f, node] : by_free) {  // ascending free: the first that fits is the best fit
+          if (node == c.node) continue;
+          auto used = used_free.find(node);
+          int left = f - (used == used_free.end() ? 0 : used->second);
+          if (left >= g && left < fit_free) {
+            fit = node;
+            fit_free = left;
+            if (left == g) break;
+          }
+        }
+        if (fit >= 0) {
+          mv->to_node = fit;
+          used_free[fit] += g;
+          continue;
+        }
+        // Cheapest lower-priority victims elsewhere, from this try's list for g GPUs (one node
+        // per move: a node another move of this plan already uses is skipped).
+        std::vector<const DestOption*>& list = dest_lists[g];
+        if (!dest_built[g]) {
+          dest_built[g] = 1;
+          DestCache& dc = dest_cache[g];
+          if (dc.version.empty()) {
+            dc.version.assign(n_nodes, -1);
+            dc.opt.resize(n_nodes);
+          }
+          for (int node = 0; node < n_nodes; ++node) {
+            if (dc.version[node] != node_version[node]) {
+              dc.version[node] = node_version[node];
+              DestOption d{0, -1, {}};
+              int need_m = g - std::max(0, free[node]);
+              if (st.nodes[node].gpus >= g) {
+                for (int vi : lower_victims(node, jobs[mv->vi], no_plan)) {
+                  if (need_m <= 0) break;
+                  d.victims.push_back(vi);
+                  d.cost += vcost_high[vi].lost_gpu_s;
+                  need_m -= jobs[vi].gpus;
+                }
+              }
+              if (need_m <= 0 && !d.victims.empty()) d.node = node;
+              dc.opt[node] = std::move(d);
+            }
+            if (dc.opt[node].node >= 0) list.push_back(&dc.opt[node]);
+          }
+          std::sort(list.begin(), list.end(), [](const DestOption* a, const DestOption* b) {
+            return a->cost != b->cost ? a->cost < b->cost : a->node < b->node;
+          });
+        }
+        int dest = -1;
+        const std::vector<int>* dest_victims = nullptr;
+        for (const DestOption* d : list) {
+          if (d->node == c.node || used_free.count(d->node)) continue;
+          bool taken = false;
+          for (int vi : d->victims) taken = taken || in_plan[vi];
+          if (taken) continue;
+          dest = d->node;
+          dest_victims = &d->victims;
+          break;
+        }
+        if (dest < 0) {
+          ok = false;
+          break;
+        }
+        mv->to_node = dest;
+        used_free[dest] += std::min(g, std::max(0, free[dest]));
+        for (int vi : *dest_victims) {
+          in_plan[vi] = 1;
+          steps.push_back({vi, dest, mv->vi, -1, vcost_high[vi]});
+          cost += vcost_high[vi].lost_gpu_s;
+        }
+      }
+      for (const Step& s : c.steps) in_plan[s.vi] = 0;
+      for (const Step& s : steps) in_plan[s.vi] = 0;
+      if (!ok || cost >= best_cost) continue;
+      // Cluster-wide rules (low share, budgets) over everything this plan evicts or moves.
+      Choice all;
+      all.node = c.node;
+      for (const auto* list : {&c.steps, &steps}) {
+        for (const Step& s : *list) {
+          all.victims.push_back(s.vi);
+          all.costs.push_back(s.cost);
+          if (jobs[s.vi].cls == PriorityClass::kLow) all.low_taken += jobs[s.vi].gpus;
+        }
+      }
+      if (!feasible(all, j)) continue;
+      best_cost = cost;
+      best = c.steps;
+      best.insert(best.end(), steps.begin(), steps.end());
+      best_free_use.assign(used_free.begin(), used_free.end());
+    }
+    if (best.empty()) {
+      defrag_fail_gpus = std::min(defrag_fail_gpus, j.gpus);
+      return false;
+    }
+    const int target = best.front().node;
+    int n_moves = 0;
+    for (const Step& s : best) n_moves += s.to_node >= 0;
+    double wait = 0;
+    for (Step& s : best) {
+      if (s.for_index < 0) s.for_index = ji;
+      const Job& v = jobs[s.vi];
+      const VictimCost& vc = s.cost;
+      chosen[s.vi] = 1;
+      Action a;
+      a.kind = vc.checkpoint_first ? ActionKind::kRequestCheckpoint : ActionKind::kEvict;
+      a.grace_s = vc.grace_s;
+      a.job = v.id;
+      a.job_index = s.vi;
+      a.node = s.node;
+      a.for_job = jobs[s.for_index].id;
+      a.for_index = s.for_index;
+      a.to_node = s.to_node;
+      a.est_lost_gpu_s = vc.lost_gpu_s;
+      if (s.to_node >= 0) {
+        a.reason = Fmt("move to %s so high job %s fits on %s (%d move(s)): %s, loses %.0f GPU-s incl. restore",
+                       st.nodes[s.to_node].name.c_str(), j.id.c_str(), st.nodes[s.node].name.c_str(), n_moves,
+                       HowText(vc), vc.lost_gpu_s);
+      } else if (s.for_index == ji) {
+        a.reason = Fmt("clear %s for high job %s (with %d move(s) of high jobs): %s, loses %.0f GPU-s incl. restore",
+                       st.nodes[s.node].name.c_str(), j.id.c_str(), n_moves, HowText(vc), vc.lost_gpu_s);
+      } else {
+        a.reason = Fmt("make room on %s for %s, moved off %s for high job %s: %s, loses %.0f GPU-s incl. restore",
+                       st.nodes[s.node].name.c_str(), jobs[s.for_index].id.c_str(), st.nodes[target].name.c_str(),
+                       j.id.c_str(), HowText(vc), vc.lost_gpu_s);
+      }
+      if (s.for_index == ji) wait = std::max(wait, vc.wait_s);
+      out.actions.push_back(std::move(a));
+      if (v.cls != PriorityClass::kHigh) placed_by_class[static_cast<int>(v.cls)] -= v.gpus;
+      charge_budget(v, vc);
+    }
+    for (const auto& [node, g] : best_free_use) set_free(node, free[node] - g);
+    for (const Step& s : best) set_free(s.node, free[s.node]);  // every node touched changes version
+    set_free(target, 0);
+    waiting_high.emplace_back(ji, wait);
+    return true;
+  };
+
   for (int ji : pending) {
     const Job& j = jobs[ji];
     const int cls = static_cast<int>(j.cls);
@@ -552,6 +884,24 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       continue;
     }
     auto aw = awaiting_node.find(ji);
+    if (j.move_to >= 0 && j.move_to < n_nodes) {
+      // Moved off its node for a high job: restart on the node it was moved to, at once (its own
+      // hold released first), or wait while GPUs there are on their way out (victims evicted
+      // for it or for another job moved there); if neither, the move's place is gone and it is
+      // placed like any pending job.
+      const int to = j.move_to;
+      set_free(to, free[to] + j.gpus);
+      if (free[to] >= j.gpus) {
+        start_job(ji, to, Fmt("moved for a high-priority job; restarting on %s (%d of %d GPUs free)",
+                              st.nodes[to].name.c_str(), free[to], st.nodes[to].gpus));
+        continue;
+      }
+      if (leaving_on[to] > 0) {
+        set_free(to, free[to] - j.gpus);
+        if (j.cls == PriorityClass::kHigh) waiting_high.emplace_back(ji, 0.0);
+        continue;
+      }
+    }
     if (aw != awaiting_node.end()) {
       // Victims are leaving this node for us; start when enough of them are gone.
       int node = aw->second;
@@ -609,6 +959,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     //    this pass (nodes only fill up), nor can a larger request of the same class.
     const int ovr = overrides_min_runtime(j) ? 1 : 0;
     if (j.gpus >= fail_gpus[ovr][cls]) {
+      if (try_defrag(ji)) continue;
       if (j.cls == PriorityClass::kHigh) blocked_high.emplace_back(ji, fail_cause[ovr][cls]);
       continue;
     }
@@ -666,6 +1017,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
         fail_gpus[ovr][cls] = j.gpus;
         fail_cause[ovr][cls] = why;
       }
+      if (try_defrag(ji)) continue;
       if (j.cls == PriorityClass::kHigh) blocked_high.emplace_back(ji, why);
       continue;
     }
@@ -723,12 +1075,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       }
       out.actions.push_back(std::move(a));
       placed_by_class[static_cast<int>(v.cls)] -= v.gpus;
-      if (budget_on) {
-        Budget& b = budget[v.queue];
-        b.count++;
-        b.lost_gpu_h += vc.lost_gpu_s / 3600.0;
-        b.oldest = std::min(b.oldest, now);
-      }
+      charge_budget(v, vc);
     }
     set_free(best.node, 0);
     if (j.cls == PriorityClass::kHigh) {
@@ -782,23 +1129,13 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       a.node = v.node;
       a.est_lost_gpu_s = vc.lost_gpu_s;
       a.grace_s = vc.grace_s;
-      const char* how = vc.checkpoint_first               ? "checkpoint first"
-                        : vc.mode == Mode::kSaveInGrace   ? "SIGTERM, saves within its grace"
-                        : vc.mode == Mode::kKillCheap     ? "kill now (less uncommitted than a save loses)"
-                        : vc.mode == Mode::kKillSlow      ? "kill now (save too slow)"
-                                                          : "SIGTERM with its own grace";
       a.reason = Fmt("refill reserved headroom for high priority (%d of %d GPUs free): %s, loses %.0f GPU-s incl. "
                      "restore",
-                     free_sum, reserve, how, vc.lost_gpu_s);
+                     free_sum, reserve, HowText(vc), vc.lost_gpu_s);
       out.actions.push_back(std::move(a));
       placed_by_class[static_cast<int>(v.cls)] -= v.gpus;
       deficit -= v.gpus;
-      if (budget_on) {
-        Budget& b = budget[v.queue];
-        b.count++;
-        b.lost_gpu_h += vc.lost_gpu_s / 3600.0;
-        b.oldest = std::min(b.oldest, now);
-      }
+      charge_budget(v, vc);
     }
   }
   if (min_runtime_release < kInf) out.recheck_at = std::min(out.recheck_at, min_runtime_release);

@@ -118,8 +118,12 @@ Status RunJobs(const std::vector<RunJobSpec>& specs, const RunOptions& opt, std:
       p.slots.clear();
       ::unlink(p.request_path.c_str());
       if (p.sigterm_sent && !ok) {
-        emit("preempted", j.id, how + (p.killed ? " (SIGKILLed)" : ""));
-        j.RequeueAfterPreemption(now);
+        bool moved = j.move_to >= 0;
+        emit(moved ? "moved" : "preempted", j.id, how + (p.killed ? " (SIGKILLed)" : ""));
+        if (moved)
+          j.RequeueAfterMove(now);
+        else
+          j.RequeueAfterPreemption(now);
         p.sigterm_sent = p.killed = false;
         ++k;
         continue;
@@ -205,6 +209,7 @@ Status RunJobs(const std::vector<RunJobSpec>& specs, const RunOptions& opt, std:
           p.start_unix = now;
           j.phase = JobPhase::kRunning;
           j.node = 0;
+          j.move_to = -1;
           j.start_time = now;
           j.hints.reset();
           emit("start", j.id, "pid=" + std::to_string(pid) + " slots=" + devices + " # " + a.reason);
@@ -219,6 +224,7 @@ Status RunJobs(const std::vector<RunJobSpec>& specs, const RunOptions& opt, std:
             break;
           }
           j.phase = JobPhase::kCheckpointing;
+          if (a.to_node >= 0) j.move_to = a.to_node;
           j.request_id = req.id;
           j.request_time = now;
           j.preemptor = a.for_job;
@@ -235,6 +241,7 @@ Status RunJobs(const std::vector<RunJobSpec>& specs, const RunOptions& opt, std:
             p.kill_at = now + grace;
           }
           j.phase = JobPhase::kEvicting;
+          if (a.to_node >= 0) j.move_to = a.to_node;
           j.preemptor = a.for_job;
           emit("evict", j.id, std::string(grace > 0 ? "SIGTERM" : "SIGKILL") + " for " + a.for_job + " # " + a.reason);
           break;

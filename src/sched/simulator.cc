@@ -276,6 +276,10 @@ bool PolicyByName(const std::string& name, PolicyConfig* out) {
     out->kill_now_max_lost_s = 0;
     out->high_tolerable_wait_s = 0;
   }
+  else if (name == "hint-nodefrag") {  // hint without moves of high jobs (defragmentation)
+    *out = PolicyConfig();
+    out->defrag_max_moves = 0;
+  }
   else if (name == "hint-refill") {
     *out = PolicyConfig();
     out->refill_headroom = true;
@@ -302,6 +306,8 @@ struct SimJob {
   // between the stop (SIGTERM) and the GPUs being free (the save inside the grace + teardown).
   double lost_restore_gpu_s = 0, lost_discarded_gpu_s = 0, lost_stopped_gpu_s = 0;
   double last_preempted = -kInf;
+  double moved_at = -1;       // a move (defragmentation) ended its run here; -1 once restarted
+  double last_moved = -kInf;
   int preemptions = 0;
   bool placed = false;
   int node = -1;
@@ -475,7 +481,15 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
           if (e.gen != s->gen || s->active < 0) break;
           Job& j = cs.jobs[s->active];
           end_run(e.job, now, false);
-          if (now - s->last_preempted < opt.thrash_window_s) m.thrash_cycles++;
+          if (j.move_to >= 0) {  // moved for a high job (defragmentation), not preempted
+            if (now - std::max(s->last_preempted, s->last_moved) < opt.thrash_window_s) m.thrash_cycles++;
+            m.moves++;
+            s->moved_at = s->last_moved = now;
+            j.RequeueAfterMove(now);
+            j.request_id = 0;
+            break;
+          }
+          if (now - std::max(s->last_preempted, s->last_moved) < opt.thrash_window_s) m.thrash_cycles++;
           s->last_preempted = now;
           s->preemptions++;
           m.preemptions++;
@@ -541,6 +555,15 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
             m.capacity_violations++;
             violation("node " + cs.nodes[a.node].name + " over capacity starting " + j.id);
           }
+          if (j.move_to >= 0) {
+            if (a.node != j.move_to) violation("moved job " + j.id + " restarted off the node it was moved to");
+            if (s.moved_at >= 0) {
+              m.move_restart_wait_s += now - s.moved_at;
+              m.move_restarts++;
+            }
+            s.moved_at = -1;
+            j.move_to = -1;
+          }
           j.phase = JobPhase::kRunning;
           j.node = a.node;
           j.start_time = now;
@@ -554,6 +577,7 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
           break;
         }
         case ActionKind::kRequestCheckpoint: {
+          if (a.to_node >= 0) j.move_to = a.to_node;
           j.phase = JobPhase::kCheckpointing;
           j.request_id = ++next_request;
           j.request_time = now;
@@ -568,6 +592,7 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
         }
         case ActionKind::kEvict: {
           if (j.phase == JobPhase::kRunning) cs.history.push_back({now, j.queue, a.est_lost_gpu_s / 3600.0});
+          if (a.to_node >= 0) j.move_to = a.to_node;
           j.phase = JobPhase::kEvicting;
           j.preemptor = a.for_job;
           // SIGTERM (or a kill at once when grace_s == 0); see the model in simulator.h.
@@ -711,33 +736,34 @@ std::string MetricsCsvHeader() {
   return "trace,policy,jobs,completed,high_wait_mean_s,high_wait_p95_s,medium_wait_mean_s,low_wait_mean_s,"
          "low_wait_max_s,low_total,low_completed,low_starved,lost_gpu_hours,preemptions,checkpoint_requests,"
          "thrash_cycles,utilization,makespan_s,decisions,decide_mean_us,decide_max_us,capacity_violations,"
-         "lost_restore_gpu_hours,lost_discarded_gpu_hours,lost_stopped_gpu_hours\n";
+         "lost_restore_gpu_hours,lost_discarded_gpu_hours,lost_stopped_gpu_hours,moves,move_restart_wait_mean_s\n";
 }
 
 std::string MetricsCsvRow(const std::string& trace, const SimMetrics& m) {
   char buf[1024];
   snprintf(buf, sizeof buf,
-           "%s,%s,%d,%d,%.1f,%.1f,%.1f,%.1f,%.1f,%d,%d,%d,%.3f,%d,%d,%d,%.4f,%.0f,%d,%.1f,%.1f,%d,%.3f,%.3f,%.3f\n",
+           "%s,%s,%d,%d,%.1f,%.1f,%.1f,%.1f,%.1f,%d,%d,%d,%.3f,%d,%d,%d,%.4f,%.0f,%d,%.1f,%.1f,%d,%.3f,%.3f,%.3f,%d,%.1f\n",
            trace.c_str(),
            m.policy.c_str(), m.jobs, m.completed, m.high_wait_mean_s, m.high_wait_p95_s, m.medium_wait_mean_s,
            m.low_wait_mean_s, m.low_wait_max_s, m.low_total, m.low_completed, m.low_starved, m.lost_gpu_hours,
            m.preemptions, m.checkpoint_requests, m.thrash_cycles, m.utilization, m.makespan_s, m.decisions,
            m.decide_mean_us, m.decide_max_us, m.capacity_violations, m.lost_restore_gpu_hours,
-           m.lost_discarded_gpu_hours, m.lost_stopped_gpu_hours);
+           m.lost_discarded_gpu_hours, m.lost_stopped_gpu_hours, m.moves,
+           m.move_restarts ? m.move_restart_wait_s / m.move_restarts : 0.0);
   return buf;
 }
 
 std::string MetricsTable(const std::string& trace, const std::vector<SimMetrics>& rows) {
   std::ostringstream o;
   char buf[512];
-  snprintf(buf, sizeof buf, "%-26s %-13s %10s %10s %10s %8s %8s %7s %9s %9s %7s %6s  %s\n", "trace", "policy",
-           "hi_mean_s", "hi_p95_s", "lost_GPUh", "preempt", "ckpt_req", "thrash", "lo_mean_s", "lo_starv", "util",
+  snprintf(buf, sizeof buf, "%-26s %-13s %10s %10s %10s %8s %6s %8s %7s %9s %9s %7s %6s  %s\n", "trace", "policy",
+           "hi_mean_s", "hi_p95_s", "lost_GPUh", "preempt", "moves", "ckpt_req", "thrash", "lo_mean_s", "lo_starv", "util",
            "dec_us", "lost=restore+discarded+stopped");
   o << buf;
   for (const auto& m : rows) {
-    snprintf(buf, sizeof buf, "%-26.26s %-13s %10.0f %10.0f %10.2f %8d %8d %7d %9.0f %9d %7.3f %6.0f  %.1f+%.1f+%.1f\n",
+    snprintf(buf, sizeof buf, "%-26.26s %-13s %10.0f %10.0f %10.2f %8d %6d %8d %7d %9.0f %9d %7.3f %6.0f  %.1f+%.1f+%.1f\n",
              trace.c_str(), m.policy.c_str(), m.high_wait_mean_s, m.high_wait_p95_s, m.lost_gpu_hours,
-             m.preemptions, m.checkpoint_requests, m.thrash_cycles, m.low_wait_mean_s, m.low_starved, m.utilization,
+             m.preemptions, m.moves, m.checkpoint_requests, m.thrash_cycles, m.low_wait_mean_s, m.low_starved, m.utilization,
              m.decide_mean_us, m.lost_restore_gpu_hours, m.lost_discarded_gpu_hours, m.lost_stopped_gpu_hours);
     o << buf;
   }

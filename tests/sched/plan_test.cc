@@ -147,7 +147,7 @@ TEST(Plan, PolicyOverrides) {
   PolicyConfig p;
   ASSERT_TRUE(PolicyFromJson(R"({"kind":"k8s","min_runtime_s":5,"checkpoint_then_evict":false,
                                  "budget_max_preemptions":3,"preempts_lower":[false,false,true],
-                                 "nonhigh_preempt_delay_s":60})",
+                                 "nonhigh_preempt_delay_s":60,"defrag_max_moves":2,"defrag_min_wait_s":30})",
                              &p)
                   .ok());
   EXPECT_EQ(p.kind, PolicyKind::kKubernetes);
@@ -156,6 +156,10 @@ TEST(Plan, PolicyOverrides) {
   EXPECT_EQ(p.budget_max_preemptions, 3);
   EXPECT_FALSE(p.preempts_lower[1]);
   EXPECT_EQ(p.nonhigh_preempt_delay_s, 60);
+  EXPECT_EQ(p.defrag_max_moves, 2);
+  EXPECT_EQ(p.defrag_min_wait_s, 30);
+  EXPECT_NE(PolicyFromJson(R"({"defrag_max_moves":1.5})", &p).message().find("field 'defrag_max_moves'"),
+            std::string::npos);
   Status s = PolicyFromJson(R"({"min_runtime":5})", &p);
   EXPECT_NE(s.message().find("unknown field 'min_runtime'"), std::string::npos) << s.ToString();
   s = PolicyFromJson(R"({"cooldown_s":"x"})", &p);

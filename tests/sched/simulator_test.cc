@@ -25,7 +25,7 @@ SyntheticOptions Small(uint64_t seed) {
 TEST(Simulator, InvariantsHoldForEveryPolicyAndSeed) {
   for (uint64_t seed : {1, 2, 3}) {
     Trace t = SyntheticTrace(Small(seed));
-    for (const char* name : {"fcfs", "k8s", "hint-norules", "hint"}) {
+    for (const char* name : {"fcfs", "k8s", "hint-norules", "hint", "hint-nodefrag"}) {
       PolicyConfig p;
       ASSERT_TRUE(PolicyByName(name, &p));
       SimResult r;
@@ -165,6 +165,56 @@ TEST(Simulator, AntiThrashingRulesGiveZeroThrashCycles) {
   EXPECT_EQ(with.metrics.thrash_cycles, 0);
   EXPECT_GT(without.metrics.thrash_cycles, 0) << "the workload should provoke thrashing without the rules";
   EXPECT_GT(with.metrics.preemptions, 0);
+}
+
+// Two 4-GPU nodes, each holding a long-lived 1-GPU high job and low work; a 4-GPU high job
+// arrives. Without moves it waits until a small high job ends; with them one small high job saves,
+// restarts on the other node at once, and the large job starts within minutes.
+TEST(Simulator, DefragStartsTheLargeHighJobAndTheMovedJobResumes) {
+  Trace t;
+  t.name = "defrag";
+  t.nodes = {{"n0", 4}, {"n1", 4}};
+  auto add = [&](const char* id, double submit, PriorityClass cls, int gpus, double duration) {
+    TraceJob j;
+    j.id = id;
+    j.submit = submit;
+    j.cls = cls;
+    j.gpus = gpus;
+    j.duration_s = duration;
+    j.ckpt_interval_s = 600;
+    t.jobs.push_back(j);
+  };
+  add("h1", 0, PriorityClass::kHigh, 1, 100000);   // n0
+  add("l1", 1, PriorityClass::kLow, 3, 50000);     // n0 (best fit)
+  add("h2", 2, PriorityClass::kHigh, 1, 100000);   // n1
+  add("l2", 3, PriorityClass::kLow, 3, 50000);     // n1
+  add("J", 2000, PriorityClass::kHigh, 4, 1000);
+  PolicyConfig on;
+  ASSERT_TRUE(PolicyByName("hint", &on));
+  PolicyConfig off;
+  ASSERT_TRUE(PolicyByName("hint-nodefrag", &off));
+  SimResult with, without;
+  ASSERT_TRUE(Simulate(t, on, SimOptions(), &with).ok());
+  ASSERT_TRUE(Simulate(t, off, SimOptions(), &without).ok());
+  for (const SimResult* r : {&with, &without}) {
+    EXPECT_TRUE(r->violations.empty()) << r->violations[0];
+    EXPECT_EQ(r->metrics.completed, 5);
+    EXPECT_EQ(r->metrics.capacity_violations, 0);
+    EXPECT_LT(r->metrics.work_conservation_error_s, 1e-3 * 5);
+    EXPECT_EQ(r->metrics.thrash_cycles, 0);
+  }
+  const int J = 4;
+  EXPECT_GT(without.first_start[J] - 2000, 90000);  // until h1 or h2 ends
+  EXPECT_EQ(without.metrics.moves, 0);
+  EXPECT_LT(with.first_start[J] - 2000, 120) << "starts once one high job moved and the low job saved";
+  EXPECT_EQ(with.metrics.moves, 1);
+  EXPECT_EQ(with.metrics.move_restarts, 1);
+  // The moved job restarts as soon as its save is done and its new place is free: no cooldown.
+  EXPECT_LT(with.metrics.move_restart_wait_s, 60);
+  EXPECT_EQ(with.preemptions[0] + with.preemptions[2], 0) << "a move is not a preemption";
+  EXPECT_GE(with.metrics.preemptions, 2);  // both low jobs: one for J, one for the moved job
+  // What the move cost: the moved job's save and restore, in GPU-hours; far below J's wait.
+  EXPECT_LT(with.metrics.lost_gpu_hours, 1.0);
 }
 
 TEST(Simulator, HorizonStopsEarly) {

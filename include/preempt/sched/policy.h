@@ -82,6 +82,16 @@ struct PolicyConfig {
   // first, and every preemption costs its victim a save and a restore. High-priority jobs always
   // preempt at once. 0 = off.
   double nonhigh_preempt_delay_s = 1800;
+  // Defragmentation for high priority: when no node can free enough GPUs from lower-priority jobs
+  // because smaller high-priority jobs are spread over the nodes, move up to defrag_max_moves of
+  // them off one node (save, then restart at once on another node, where free GPUs or
+  // lower-priority victims make room now). A moved job keeps its priority, skips the cooldown and
+  // loses only its save and restore; it is movable when its hints are fresh, its save fits
+  // checkpoint_deadline_s, it has run min_runtime_s since it started, and it was not moved or
+  // preempted within cooldown_s + min_runtime_s. Tried for a high job that has waited
+  // defrag_min_wait_s. 0 moves = off.
+  int defrag_max_moves = 4;
+  double defrag_min_wait_s = 0;
   int max_preemptors_per_pass = 256;   // bound on victim searches per Decide() call
 };
 
@@ -109,6 +119,11 @@ struct Job {
   double start_time = 0;           // start of the current run (valid while placed)
   double last_preempted = -std::numeric_limits<double>::infinity();
   int preemptions = 0;
+  // Moves (defragmentation): while being moved and until restarted, the node it restarts on
+  // (-1 otherwise); the last move ends its run at last_moved.
+  int move_to = -1;
+  double last_moved = -std::numeric_limits<double>::infinity();
+  int moves = 0;
   // Hints as last read; nullopt = none/unreadable. hints_time is the time they describe
   // (updated_unix); lost work is extrapolated from it.
   std::optional<Hints> hints;
@@ -126,6 +141,17 @@ struct Job {
     node = -1;
     last_preempted = now;
     preemptions++;
+    hints.reset();
+    preemptor.clear();
+    move_to = -1;
+  }
+  // Back to the queue after a move off its node (defragmentation): unplaced and waiting to restart
+  // on move_to, which is kept; no cooldown (it is not a preemption), the move counted.
+  void RequeueAfterMove(double now) {
+    phase = JobPhase::kPending;
+    node = -1;
+    last_moved = now;
+    moves++;
     hints.reset();
     preemptor.clear();
   }
@@ -163,6 +189,10 @@ struct Action {
   // (a preempt-aware job saves inside it); 0: kill at once (the victim's last commit is what it
   // resumes from).
   double grace_s = -1;
+  // Victims only: >= 0 when the victim is moved, not preempted (defragmentation for `for_job`):
+  // it saves, then restarts at once on this node; the executor sets Job::move_to to it and,
+  // when the victim has exited, requeues it with Job::RequeueAfterMove.
+  int to_node = -1;
   std::string reason;           // one line
 };
 

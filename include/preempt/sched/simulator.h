@@ -105,6 +105,10 @@ struct SimMetrics {
   // snapshot of a requested checkpoint) until the GPUs are free: the save and the teardown.
   double lost_restore_gpu_hours = 0, lost_discarded_gpu_hours = 0, lost_stopped_gpu_hours = 0;
   int preemptions = 0, checkpoint_requests = 0, thrash_cycles = 0;
+  // Moves (defragmentation for high jobs; not counted as preemptions; their save and restore are
+  // in lost_gpu_hours): how many, and the mean time from a moved job's exit to its restart.
+  int moves = 0, move_restarts = 0;
+  double move_restart_wait_s = 0;   // sum; mean = move_restart_wait_s / move_restarts
   double utilization = 0;           // allocated GPU-s / (GPUs x makespan)
   double makespan_s = 0;
   int decisions = 0;
@@ -134,7 +138,8 @@ struct SimResult {
 
 Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions& opt, SimResult* out);
 
-// "fcfs" | "k8s" | "hint-norules" | "hint-ckpt" | "hint" | "hint-refill" → preset (false when unknown).
+// "fcfs" | "k8s" | "hint-norules" | "hint-ckpt" | "hint" | "hint-nodefrag" | "hint-refill" → preset
+// (false when unknown).
 bool PolicyByName(const std::string& name, PolicyConfig* out);
 
 // Metrics as CSV header + row, and a fixed-width table.
