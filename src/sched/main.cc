@@ -22,15 +22,18 @@ namespace {
 const char kUsage[] =
     "usage:\n"
     "  preempt-sched simulate [--trace synthetic|alibaba|FILE.csv] [--alibaba-dir DIR] [--alibaba-gpus N]\n"
-    "                         [--seed N] [--jobs N] [--nodes N] [--gpus-per-node G] [--load X]\n"
-    "                         [--policies fcfs,k8s,hint-norules,hint] [--policy-json JSON]\n"
+    "                         [--alibaba-overload X] [--seed N] [--jobs N] [--nodes N] [--gpus-per-node G]\n"
+    "                         [--load X] [--policies fcfs,k8s,hint-norules,hint] [--policy-json JSON]\n"
+    "                         [--grace S (0 = sized from hints; default 30)] [--naive]\n"
     "                         [--csv OUT.csv] [--write-trace OUT.csv]\n"
     "  preempt-sched plan (--snapshot FILE | --k8s PODS.json [--gpus-per-node G]) [--policy NAME]\n"
     "                     [--policy-json JSON] [--json]\n"
     "  preempt-sched run --spec FILE [--slots N] [--work-dir DIR] [--events FILE] [--timeout S]\n"
     "Policies: fcfs (no preemption), k8s (default kube-scheduler victim order, evict now),\n"
     "hint-norules (hint-aware victims + checkpoint-then-evict, no rules), hint (all rules on),\n"
-    "hint-refill (hint + keep the reserved headroom free by background checkpoint-then-evict).\n";
+    "hint-nodefrag (hint without moves of small high jobs), hint-ckpt (hint, every victim checkpoints on\n"
+    "request), hint-refill (hint + keep the reserved headroom free by background checkpoint-then-evict).\n"
+    "--naive: victims exit at once on SIGTERM (no save); --grace: terminationGracePeriodSeconds.\n";
 
 struct Args {
   std::string cmd;
@@ -63,7 +66,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       return false;
     }
     s = s.substr(2);
-    if (s == "json" || s == "help") {
+    if (s == "json" || s == "help" || s == "naive") {
       a->kv[s] = "1";
     } else if (i + 1 < argc) {
       a->kv[s] = argv[++i];
@@ -119,6 +122,7 @@ int Simulate(const Args& a) {
     AlibabaOptions o;
     o.dir = a.Get("alibaba-dir", "../shared/traces/alibaba-gpu-2023");
     o.gpus = static_cast<int>(a.Num("alibaba-gpus", 0));
+    o.overload = a.Num("alibaba-overload", o.overload);
     o.max_jobs = static_cast<int>(a.Num("jobs", 0));
     Status s = LoadAlibabaTrace(o, &trace);
     if (!s.ok()) return Fail(s);
@@ -135,6 +139,10 @@ int Simulate(const Args& a) {
   int gpus = 0;
   for (auto& n : trace.nodes) gpus += n.gpus;
   printf("trace %s: %zu jobs, %zu nodes, %d GPUs\n", trace.name.c_str(), trace.jobs.size(), trace.nodes.size(), gpus);
+  SimOptions so;
+  so.grace_period_s = a.Num("grace", so.grace_period_s);
+  so.sigterm_saves = !a.Has("naive");
+  if (so.grace_period_s < 0) return Fail(Status(StatusCode::kInvalidArgument, "--grace: must be >= 0 (0 = sized)"));
   std::vector<SimMetrics> rows;
   std::string csv = MetricsCsvHeader();
   int rc = 0;
@@ -142,7 +150,7 @@ int Simulate(const Args& a) {
     PolicyConfig p;
     if (!MakePolicy(name, a, &p)) return 2;
     SimResult r;
-    Status s = Simulate(trace, p, SimOptions(), &r);
+    Status s = Simulate(trace, p, so, &r);
     if (!s.ok()) return Fail(s);
     r.metrics.policy = name;
     for (const auto& v : r.violations) {

@@ -131,6 +131,7 @@ Status PolicyFromJson(const std::string& json, PolicyConfig* c) {
       {"low_guaranteed_share", &c->low_guaranteed_share},
       {"hints_stale_s", &c->hints_stale_s},
       {"unknown_lost_work_s", &c->unknown_lost_work_s},
+      {"unknown_save_s", &c->unknown_save_s},
       {"restore_s", &c->restore_s},
       {"wait_alert_s", &c->wait_alert_s},
       {"kill_now_max_lost_s", &c->kill_now_max_lost_s},
@@ -152,12 +153,13 @@ Status PolicyFromJson(const std::string& json, PolicyConfig* c) {
       else if (s == "hint") c->kind = PolicyKind::kHintAware;
       else return bad("fcfs|k8s|hint");
     } else if (k == "checkpoint_then_evict" || k == "refill_headroom" || k == "sigterm_save" ||
-               k == "kill_after_commit") {
+               k == "kill_after_commit" || k == "kill_when_cheaper") {
       if (!v.IsBool()) return bad("a boolean");
       (k == "checkpoint_then_evict" ? c->checkpoint_then_evict
        : k == "refill_headroom"     ? c->refill_headroom
        : k == "sigterm_save"        ? c->sigterm_save
-                                    : c->kill_after_commit) = v.GetBool();
+       : k == "kill_after_commit"   ? c->kill_after_commit
+                                    : c->kill_when_cheaper) = v.GetBool();
     } else if (k == "budget_max_preemptions" || k == "max_preemptors_per_pass" || k == "defrag_max_moves") {
       if (!v.IsInt()) return bad("an integer");
       (k == "budget_max_preemptions"    ? c->budget_max_preemptions

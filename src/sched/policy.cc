@@ -46,6 +46,7 @@ struct VictimCost {
   double lost_gpu_s = 0;  // GPU-seconds lost including the restore
   double wait_s = 0;      // how long the preemptor waits for this victim (expected save time)
   double grace_s = -1;    // for the evict action
+  double save_s = 0;      // expected save time when it saves (unknown_save_s when not measured)
 };
 
 // The longest a high preemptor should wait for victim v's save (0 = no limit): a fixed value, or
@@ -64,8 +65,12 @@ VictimCost CostOf(const Job& v, double now, const PolicyConfig& c, bool for_high
     const Hints& h = *v.hints;
     // Saving (on SIGTERM or on request) loses only the work done while the snapshot persists;
     // it is worth it when that is less than what is uncommitted now.
-    double save_lost = h.cost.persist_s;
-    double save_wait = h.checkpoint_s();
+    // A cost of zero was never measured (the runtime publishes zeros until its first
+    // checkpoint): unknown, so assumed to be unknown_save_s, never free.
+    const bool measured = h.checkpoint_s() > 0;
+    double save_lost = measured ? h.cost.persist_s : c.unknown_save_s;
+    double save_wait = measured ? h.checkpoint_s() : c.unknown_save_s;
+    out.save_s = save_wait;
     double needed = std::max(h.grace.needed_s, save_wait);
     bool sig_ok = c.sigterm_save && h.grace.granted_s > 0 && needed <= h.grace.granted_s;
     bool ckpt_ok = c.checkpoint_then_evict && save_wait <= c.checkpoint_deadline_s;
@@ -75,7 +80,7 @@ VictimCost CostOf(const Job& v, double now, const PolicyConfig& c, bool for_high
     if (for_high && c.kill_now_max_lost_s > 0 && lost <= c.kill_now_max_lost_s) {
       out.mode = Mode::kKillSmall;
       out.grace_s = 0;
-    } else if (save_lost < lost && (sig_ok || ckpt_ok)) {
+    } else if ((save_lost < lost || !c.kill_when_cheaper) && (sig_ok || ckpt_ok)) {
       out.mode = sig_ok ? Mode::kSaveInGrace : Mode::kCheckpoint;
       out.checkpoint_first = !sig_ok;
       lost = save_lost;
@@ -1056,7 +1061,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       } else if (vc.mode == Mode::kKillSlow) {
         a.reason = Fmt("least lost work on %s for high job %s: kill now, its save (%.1f s) would outlast the %.0f s "
                        "tolerable wait%s; %.0f s uncommitted, %.0f GPU-s incl. restore",
-                       st.nodes[best.node].name.c_str(), j.id.c_str(), v.hints->checkpoint_s(), TolerableWait(v, cfg),
+                       st.nodes[best.node].name.c_str(), j.id.c_str(), vc.save_s, TolerableWait(v, cfg),
                        cfg.high_tolerable_wait_s < 0 ? " (its grace period)" : "", uncommitted, vc.lost_gpu_s);
       } else if (vc.mode == Mode::kKillCheap) {
         a.reason = Fmt("least lost work on %s for %s job %s: kill now, %.0f s uncommitted is less than a save "

@@ -186,6 +186,14 @@ TEST(Cli, SimulatePlanAndUsage) {
   std::string csv = preempt::testing::ReadFileOrDie(dir / "m.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4) << csv;  // header + 3 policies
   ASSERT_EQ(run("simulate --trace " + (dir / "t.csv") + " --nodes 2 --policies k8s", &out), 0) << out;
+  // Eviction settings: naive victims lose their uncommitted work under k8s; grace sized from hints.
+  ASSERT_EQ(run("simulate --trace " + (dir / "t.csv") + " --nodes 2 --policies k8s,hint-nodefrag --naive --grace 0 --csv " +
+                    (dir / "n.csv"),
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("hint-nodefrag"), std::string::npos) << out;
+  EXPECT_EQ(run("simulate --grace -1", &out), 1) << out;
 
   const double now = NowUnix();
   ASSERT_TRUE(WriteHintsAtomic(dir / "a.json", H(500, now)).ok());

@@ -644,6 +644,8 @@ TEST(Policy, VictimEvictionModeTable) {
     ActionKind kind;
     double grace_s;
     const char* reason;
+    bool unmeasured = false;  // hints carry no checkpoint cost (all zero: never measured)
+    bool kill_when_cheaper = true;
   } cases[] = {
       {"save fits grace: SIGTERM", 900, 30, 2, true, 120, -1, H, ActionKind::kEvict, -1, "saves within its 30 s grace"},
       {"sigterm_save off: checkpoint first", 900, 30, 2, false, 120, -1, H, ActionKind::kRequestCheckpoint, -1,
@@ -662,15 +664,25 @@ TEST(Policy, VictimEvictionModeTable) {
        "checkpoint first"},
       {"less uncommitted than a save loses", 1, 30, 20, true, 0, -1, H, ActionKind::kEvict, 0,
        "less than a save would lose"},
+      {"kill_when_cheaper off: it saves anyway", 1, 30, 20, true, 0, -1, H, ActionKind::kEvict, -1, "saves within",
+       false, false},
+      {"unmeasured save cost is not free (60 s assumed): 30 s uncommitted is killed", 30, 30, 0, true, 0, -1, H,
+       ActionKind::kEvict, 0, "less than a save would lose", true},
+      {"unmeasured save cost, 900 s uncommitted: checkpoint first, 60 s assumed > 30 s grace", 900, 30, 0, true, 0,
+       0, H, ActionKind::kRequestCheckpoint, -1, "checkpoint first (60.0 s)", true},
+      {"unmeasured save cost vs a 30 s tolerable wait: kill", 900, 30, 0, true, 0, -1, H, ActionKind::kEvict, 0,
+       "its save (60.0 s) would outlast the 30 s tolerable wait", true},
   };
   for (const auto& c : cases) {
     B b({1});
     Hints h = MakeHints(c.lost_s, c.persist_s);
+    if (c.unmeasured) h.cost = Hints::Cost{};
     h.grace.granted_s = c.granted_s;
     h.grace.needed_s = h.checkpoint_s();
     b.Run("v", L, 1, 0, 3600, h);
     b.Pend("p", c.preemptor, 1);
     PolicyConfig p = HintAwareNoRulesPolicy();
+    p.kill_when_cheaper = c.kill_when_cheaper;
     p.sigterm_save = c.sigterm_save;
     p.kill_now_max_lost_s = c.kill_now_max_lost_s;
     p.high_tolerable_wait_s = c.tolerable_s;

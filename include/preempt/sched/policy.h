@@ -51,6 +51,10 @@ struct PolicyConfig {
   // period) when a high-priority job needs its GPUs: it loses that little work, and the
   // preemptor does not wait for a save. 0 = off.
   double kill_now_max_lost_s = 120;
+  // A victim whose uncommitted work is less than what its save would lose (the work done while
+  // the snapshot persists) is killed at once instead of saving. false: every victim that can
+  // save does (for operators who want each eviction graceful).
+  bool kill_when_cheaper = true;
   // The longest a high-priority job should wait for one victim's save: a victim whose save
   // (drain + stall + persist) takes longer is killed at once instead, and the victim search
   // prefers nodes whose victims save in time (the cost counts the lost work). < 0: the victim's
@@ -72,6 +76,9 @@ struct PolicyConfig {
   double low_guaranteed_share = 0;     // low may always hold this fraction; it is never preempted below it
   double hints_stale_s = 300;          // hints older than this are "unknown"
   double unknown_lost_work_s = 3600;   // lost work assumed for a job with no valid hints (never free)
+  // Save time (and work lost while saving) assumed for a job whose hints carry no measured
+  // checkpoint cost (all zero: it has not checkpointed in this run yet) — unknown, so not free.
+  double unknown_save_s = 60;
   double restore_s = 60;               // default restore time when a job does not know its own
   double wait_alert_s = 600;           // suggest action when a high job's estimated wait passes this
   // A high-priority job that has waited this long may take victims still inside their minimum
