@@ -167,6 +167,35 @@ TEST(Plan, PolicyOverrides) {
 }
 
 // The CLI end to end on small inputs: exit codes and the essential output.
+// A snapshot fragmented by small high jobs: the plan moves one (move_to in text and JSON).
+TEST(Plan, SnapshotPlanShowsMoves) {
+  TempDir dir;
+  const double now = 1764680000;
+  for (const char* id : {"h1", "h2", "l0", "l1"})
+    ASSERT_TRUE(WriteHintsAtomic(dir / (std::string(id) + ".json"), H(600, now)).ok());
+  WriteFileOrDie(dir / "snap.json", R"({"schema":"preempt.snapshot/1","now_unix":1764680000,
+    "nodes":[{"name":"n0","gpus":4},{"name":"n1","gpus":4}],
+    "jobs":[{"id":"h1","class":"high","gpus":1,"state":"running","node":"n0","start_unix":1764670000,"hints_file":"h1.json"},
+            {"id":"l0","class":"low","gpus":3,"state":"running","node":"n0","start_unix":1764670000,"hints_file":"l0.json"},
+            {"id":"h2","class":"high","gpus":1,"state":"running","node":"n1","start_unix":1764670000,"hints_file":"h2.json"},
+            {"id":"l1","class":"low","gpus":3,"state":"running","node":"n1","start_unix":1764670000,"hints_file":"l1.json"},
+            {"id":"big","class":"high","gpus":4,"state":"pending","submit_unix":1764679990}]})");
+  ClusterState st;
+  std::vector<std::string> notes;
+  ASSERT_TRUE(LoadSnapshot(dir / "snap.json", &st, &notes).ok());
+  Decisions d = Decide(st, PolicyConfig());
+  std::string text = FormatDecisions(st, d), json = DecisionsToJson(st, d);
+  EXPECT_NE(text.find(" move_to=n"), std::string::npos) << text;
+  EXPECT_NE(json.find("\"move_to\":\"n"), std::string::npos) << json;
+  int moves = 0;
+  for (const auto& a : d.actions) moves += a.to_node >= 0;
+  EXPECT_EQ(moves, 1) << text;
+  PolicyConfig off;
+  ASSERT_TRUE(PolicyFromJson(R"({"defrag_max_moves":0})", &off).ok());
+  d = Decide(st, off);
+  EXPECT_TRUE(d.actions.empty()) << FormatDecisions(st, d);
+}
+
 TEST(Cli, SimulatePlanAndUsage) {
   TempDir dir;
   const std::string cli = preempt::testing::BinaryDir() + "/src/sched/preempt-sched";
