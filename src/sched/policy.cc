@@ -63,12 +63,14 @@ VictimCost CostOf(const Job& v, double now, const PolicyConfig& c, bool for_high
   bool saves = false;  // leaves a fresh commit behind
   if (c.kind == PolicyKind::kHintAware && fresh) {
     const Hints& h = *v.hints;
-    // Saving (on SIGTERM or on request) loses only the work done while the snapshot persists;
-    // it is worth it when that is less than what is uncommitted now.
+    // Saving (on SIGTERM or on request) loses the GPU time from the snapshot to the eviction:
+    // the stall (training paused to copy the state) and the persist (on SIGTERM the job has
+    // stopped; on request its progress meanwhile is thrown away by the eviction). It is worth it
+    // when that is less than what is uncommitted now.
     // A cost of zero was never measured (the runtime publishes zeros until its first
     // checkpoint): unknown, so assumed to be unknown_save_s, never free.
     const bool measured = h.checkpoint_s() > 0;
-    double save_lost = measured ? h.cost.persist_s : c.unknown_save_s;
+    double save_lost = measured ? h.cost.stall_s + h.cost.persist_s : c.unknown_save_s;
     double save_wait = measured ? h.checkpoint_s() : c.unknown_save_s;
     out.save_s = save_wait;
     double needed = std::max(h.grace.needed_s, save_wait);
@@ -588,7 +590,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     const VictimCost& c = vcost[vi];
     if (c.mode == Mode::kSigterm) return false;
     // Killing it would throw away more than its save loses: it must be able to save.
-    return c.mode != Mode::kKillCheap || lostw[vi] <= v.hints->cost.persist_s;
+    return c.mode != Mode::kKillCheap || lostw[vi] <= v.hints->cost.stall_s + v.hints->cost.persist_s;
   };
   // Lower-priority victims on `node` a high job could take now (not chosen, past minimum run time).
   auto lower_victims = [&](int node, const Job& j, const std::vector<char>& in_plan) {

@@ -312,9 +312,20 @@ struct SimJob {
   bool placed = false;
   int node = -1;
 
-  double Progress(double now) const {
-    double p = p0 + std::max(0.0, std::min(now, stop_at) - seg_start - seg_restore);
-    return std::min(p, t->duration_s);
+  // A requested checkpoint pauses training for its stall: [stall_at, stall_at + stall_d).
+  double stall_at = kInf, stall_d = 0;
+
+  // Seconds of training in this run up to `now`: after the restore, minus the stall, until the stop.
+  double Trained(double now) const {
+    double x = std::min(now, stop_at);
+    double stalled = std::min(std::max(0.0, x - stall_at), stall_d);
+    return std::max(0.0, x - seg_start - seg_restore - stalled);
+  }
+  double Progress(double now) const { return std::min(p0 + Trained(now), t->duration_s); }
+  // When this run reaches progress q (>= p0), training without a stop.
+  double TimeAt(double q) const {
+    double when = seg_start + seg_restore + (q - p0);
+    return when > stall_at ? when + stall_d : when;
   }
   double Periodic(double now) const {
     double p = Progress(now) - t->ckpt_persist_s;
@@ -331,7 +342,7 @@ struct SimJob {
     double c = Committed(now);
     if (now >= extra_time && extra_progress >= c) return extra_time;
     if (c <= p0) return seg_start + seg_restore;
-    return seg_start + seg_restore + (c + t->ckpt_persist_s - p0);
+    return TimeAt(c + t->ckpt_persist_s);
   }
 };
 
@@ -415,7 +426,7 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
     s.lost_gpu_s += s.t->gpus * std::max(0.0, lost);
     {
       double restore = std::min(alloc, s.seg_restore);
-      double trained = std::max(0.0, std::min(now, s.stop_at) - s.seg_start - s.seg_restore);
+      double trained = s.Trained(now);
       double stopped = std::max(0.0, alloc - restore - trained);
       s.lost_restore_gpu_s += s.t->gpus * restore;
       s.lost_stopped_gpu_s += s.t->gpus * stopped;
@@ -426,6 +437,8 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
     s.extra_progress = -1;
     s.extra_time = kInf;
     s.stop_at = kInf;
+    s.stall_at = kInf;
+    s.stall_d = 0;
     release(i);
     return lost;
   };
@@ -465,6 +478,7 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
         }
         case EvType::kFinish: {
           if (e.gen != s->gen || s->active < 0) break;
+          if (s->Progress(now) < s->t->duration_s - 1e-6) break;  // a stall delayed it: a later event is queued
           end_run(e.job, now, true);
           s->finish = now;
           m.completed++;
@@ -582,9 +596,16 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
           j.request_id = ++next_request;
           j.request_time = now;
           j.preemptor = a.for_job;
-          double snap = now + s.t->ckpt_drain_s + s.t->ckpt_stall_s;
+          // The in-flight step drains, the snapshot is taken at its end, training pauses for the
+          // stall (copy to staging) and continues while the snapshot persists.
+          double snap = now + s.t->ckpt_drain_s;
           s.extra_progress = s.Progress(snap);
-          s.extra_time = snap + s.t->ckpt_persist_s;
+          s.extra_time = snap + s.t->ckpt_stall_s + s.t->ckpt_persist_s;
+          if (s.stall_at == kInf) {
+            s.stall_at = snap;
+            s.stall_d = s.t->ckpt_stall_s;
+            push(s.TimeAt(s.t->duration_s), EvType::kFinish, i, s.gen);  // the stall delays the end
+          }
           push(s.extra_time, EvType::kCkptDone, i, s.gen);
           m.checkpoint_requests++;
           cs.history.push_back({now, j.queue, a.est_lost_gpu_s / 3600.0});
@@ -603,11 +624,13 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
             if (s.extra_time < kInf && s.extra_time > now) {
               // A requested save is in flight: the stop finishes it; training stops at its snapshot.
               save_end = s.extra_time;
-              s.stop_at = std::max(now, s.extra_time - s.t->ckpt_persist_s);
+              s.stop_at = std::max(now, s.stall_at);
             } else if (s.Progress(now) > s.Committed(now) + 1e-9) {
-              double snap = now + s.t->ckpt_drain_s + s.t->ckpt_stall_s;
+              // The stop snapshot: the in-flight step drains, then training is over; the stall
+              // and the persist follow.
+              double snap = now + s.t->ckpt_drain_s;
               s.extra_progress = s.Progress(snap);
-              s.extra_time = snap + s.t->ckpt_persist_s;
+              s.extra_time = snap + s.t->ckpt_stall_s + s.t->ckpt_persist_s;
               s.stop_at = snap;
               save_end = s.extra_time;
             } else {

@@ -228,7 +228,7 @@ TEST(Policy, CheckpointFirstAlwaysPaysTheRestore) {
   ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
   EXPECT_EQ(d.actions[0].job, "often") << Dump(d);
   EXPECT_EQ(d.actions[0].kind, ActionKind::kRequestCheckpoint);
-  EXPECT_NEAR(d.actions[0].est_lost_gpu_s, 2 + 10, 1e-6);  // persist + restore
+  EXPECT_NEAR(d.actions[0].est_lost_gpu_s, 0.4 + 2 + 10, 1e-6);  // stall + persist + restore
 }
 
 TEST(Policy, CheckpointThenEvictCanBeTurnedOff) {

@@ -25,7 +25,7 @@ SyntheticOptions Small(uint64_t seed) {
 TEST(Simulator, InvariantsHoldForEveryPolicyAndSeed) {
   for (uint64_t seed : {1, 2, 3}) {
     Trace t = SyntheticTrace(Small(seed));
-    for (const char* name : {"fcfs", "k8s", "hint-norules", "hint", "hint-nodefrag"}) {
+    for (const char* name : {"fcfs", "k8s", "hint-norules", "hint-ckpt", "hint", "hint-nodefrag", "hint-refill"}) {
       PolicyConfig p;
       ASSERT_TRUE(PolicyByName(name, &p));
       SimResult r;
@@ -92,7 +92,8 @@ TEST(Simulator, LostWorkModel) {
   // The same eviction mechanics for every policy: SIGTERM and a grace period; a preempt-aware
   // victim saves inside it (drain 1 + stall 1 + persist 8 = 10 s), a naive one exits at once.
   // low has committed 1000 and 2000 (durable at 1008, 2008); preempting it at 2500 without a save
-  // loses 500 s, with a save the 8 s of persist; every restart from a commit pays the 30 s restore.
+  // loses 500 s; with a save the snapshot is taken after the 1 s drain, and the 1 s stall and 8 s
+  // persist after it are lost (9 s); every restart from a commit pays the 30 s restore.
   PolicyConfig ckpt = HintAwareNoRulesPolicy();
   ckpt.sigterm_save = false;
   ckpt.kill_now_max_lost_s = 0;
@@ -110,16 +111,16 @@ TEST(Simulator, LostWorkModel) {
     int requests;
   } cases[] = {
       {"k8s, naive victim: dies at once", KubernetesPolicy(), false, 30, 2500, 530, 2500, 0},
-      {"k8s, aware victim saves in its 30 s grace", KubernetesPolicy(), true, 30, 2500, 38, 2510, 0},
+      {"k8s, aware victim saves in its 30 s grace", KubernetesPolicy(), true, 30, 2500, 39, 2510, 0},
       {"k8s, grace 5 s < 10 s needed: SIGKILL at 2505", KubernetesPolicy(), true, 5, 2500, 535, 2505, 0},
-      {"k8s, grace sized from hints (1.5 x 10 + 10)", KubernetesPolicy(), true, 0, 2500, 38, 2510, 0},
-      {"hint: SIGTERM, saves in grace", HintAwareNoRulesPolicy(), true, 30, 2500, 38, 2510, 0},
-      {"hint checkpoint-first, killed after the commit", ckpt, true, 30, 2500, 38, 2510, 1},
-      {"hint, naive victim: checkpoint first", HintAwareNoRulesPolicy(), false, 30, 2500, 38, 2510, 1},
+      {"k8s, grace sized from hints (1.5 x 10 + 10)", KubernetesPolicy(), true, 0, 2500, 39, 2510, 0},
+      {"hint: SIGTERM, saves in grace", HintAwareNoRulesPolicy(), true, 30, 2500, 39, 2510, 0},
+      {"hint checkpoint-first, killed after the commit", ckpt, true, 30, 2500, 39, 2510, 1},
+      {"hint, naive victim: checkpoint first", HintAwareNoRulesPolicy(), false, 30, 2500, 39, 2510, 1},
       {"hint, tolerable wait = grace, save outlasts 5 s grace: kill now", tol_grace, true, 5, 2500, 530, 2500, 0},
-      {"hint, tolerable wait off: checkpoint first", tol_off, true, 5, 2500, 38, 2510, 1},
+      {"hint, tolerable wait off: checkpoint first", tol_off, true, 5, 2500, 39, 2510, 1},
       {"hint, 50 s uncommitted: kill now", HintAwareNoRulesPolicy(), true, 30, 2050, 80, 2050, 0},
-      {"k8s, 50 s uncommitted: saves", KubernetesPolicy(), true, 30, 2050, 38, 2060, 0},
+      {"k8s, 50 s uncommitted: saves", KubernetesPolicy(), true, 30, 2050, 39, 2060, 0},
   };
   for (auto& c : cases) {
     t.jobs[1].submit = c.high_submit;
@@ -148,6 +149,42 @@ TEST(Simulator, LostWorkModel) {
     EXPECT_NEAR(attributed, c.high_start - c.high_submit, 1e-6) << c.name;
     EXPECT_NEAR(r.metrics.high_wait_cause_s[0], c.high_start - c.high_submit, 1e-6) << c.name;
   }
+}
+
+// A requested checkpoint pauses training for its stall: a victim that finishes before its commit
+// is durable finishes one stall later than it would have.
+TEST(Simulator, RequestedCheckpointStallDelaysTheVictim) {
+  Trace t;
+  t.name = "stall";
+  t.nodes = {{"n", 1}};
+  TraceJob low;
+  low.id = "low";
+  low.duration_s = 100;
+  low.ckpt_interval_s = 1000;  // no periodic commit
+  low.ckpt_drain_s = 1;
+  low.ckpt_stall_s = 2;
+  low.ckpt_persist_s = 8;
+  TraceJob high = low;
+  high.id = "high";
+  high.cls = PriorityClass::kHigh;
+  high.submit = 95;
+  high.duration_s = 10;
+  t.jobs = {low, high};
+  PolicyConfig p = HintAwareNoRulesPolicy();
+  p.sigterm_save = false;
+  p.kill_now_max_lost_s = 0;
+  p.kill_when_cheaper = false;
+  SimOptions o;
+  o.eviction_latency_s = 0;
+  SimResult r;
+  ASSERT_TRUE(Simulate(t, p, o, &r).ok());
+  EXPECT_TRUE(r.violations.empty()) << r.violations[0];
+  EXPECT_EQ(r.metrics.checkpoint_requests, 1);
+  EXPECT_EQ(r.metrics.preemptions, 0);  // it finished first
+  // Request at 95: the step drains to 96, training pauses until 98, the last 4 s end at 102.
+  EXPECT_NEAR(r.finish[0], 102, 1e-6);
+  EXPECT_NEAR(r.first_start[1], 102, 1e-6);
+  EXPECT_NEAR(r.metrics.lost_gpu_hours * 3600, 2, 1e-6);  // the stall
 }
 
 TEST(Simulator, AntiThrashingRulesGiveZeroThrashCycles) {

@@ -4,12 +4,14 @@
 // training. While it runs it takes a periodic checkpoint every `ckpt_interval_s` of progress; the
 // snapshot becomes durable `ckpt_persist_s` later (training continues meanwhile). Preempting it
 // without a checkpoint loses the progress since the last durable commit; every restart from a
-// commit pays `restore_s` of GPU time first. Checkpoint-then-evict: the job snapshots after
-// drain + stall, the commit is durable after persist, then it is evicted (losing only the
-// progress made while persisting). Eviction is the same for every policy, as in Kubernetes: a
+// commit pays `restore_s` of GPU time first. Checkpoint-then-evict: the in-flight step drains
+// (drain), the snapshot is taken, training pauses for the stall and goes on while the snapshot
+// persists; the commit is durable after persist, then the job is evicted (losing the stall and the
+// progress made while persisting). Periodic checkpoints' stalls are not modelled (the same for
+// every policy). Eviction is the same for every policy, as in Kubernetes: a
 // victim gets SIGTERM and its termination grace period (SimOptions: sized from its hints, as
 // examples/k8s does, or one fixed value). A preempt-aware job (SimOptions::sigterm_saves) stops
-// training, saves (drain + stall + persist) and exits when the save fits its grace; otherwise it is
+// training after draining, saves (stall + persist) and exits when the save fits its grace; otherwise it is
 // SIGKILLed when the grace ends and loses the work since its last commit. A naive job exits at
 // once. A policy may also kill a victim at once (Action::grace_s = 0). GPUs free
 // `eviction_latency_s` after the process is gone. The simulator gives the policy exact, fresh hints
