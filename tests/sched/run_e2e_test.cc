@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "preempt/sched/runner.h"
+#include "sched/run_support.h"
 #include "support/test_util.h"
 
 namespace preempt::sched {
@@ -15,33 +16,16 @@ namespace {
 
 using preempt::testing::BinaryDir;
 using preempt::testing::TempDir;
-
-std::vector<std::string> Lines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> out;
-  std::string l;
-  while (std::getline(in, l)) out.push_back(l);
-  return out;
-}
-
-int IndexOf(const std::vector<RunEvent>& ev, const std::string& kind, const std::string& job, int nth = 0) {
-  for (size_t i = 0; i < ev.size(); ++i)
-    if (ev[i].kind == kind && ev[i].job == job && nth-- == 0) return static_cast<int>(i);
-  return -1;
-}
+using testing::EventsText;
+using testing::IndexOf;
+using testing::Lines;
 
 TEST(SchedRun, CheckpointThenEvictTheCheaperVictimAndResume) {
   TempDir dir("preempt-sched-run");
   const std::string trainer = BinaryDir() + "/tests/sched/fake_trainer";
   auto job = [&](const std::string& id, PriorityClass cls, double at, int steps, int every) {
-    RunJobSpec j;
-    j.id = id;
-    j.cls = cls;
-    j.submit_after_s = at;
-    j.grace_s = 5;
-    std::string d = dir / id;
-    EXPECT_EQ(mkdir(d.c_str(), 0755), 0);
-    j.argv = {trainer, "--dir", d, "--steps", std::to_string(steps), "--every", std::to_string(every),
+    RunJobSpec j = testing::Spec(dir.path(), id, cls, at, 5);
+    j.argv = {trainer, "--dir", dir / id, "--steps", std::to_string(steps), "--every", std::to_string(every),
               "--step-ms", "50"};
     return j;
   };
@@ -49,48 +33,17 @@ TEST(SchedRun, CheckpointThenEvictTheCheaperVictimAndResume) {
   std::vector<RunJobSpec> jobs = {job("low-a", PriorityClass::kLow, 0, 50, 4),
                                   job("low-b", PriorityClass::kLow, 0, 50, 1000),
                                   job("high-h", PriorityClass::kHigh, 1.0, 10, 1000)};
-  RunOptions opt;
-  opt.slots = 2;
-  opt.work_dir = dir / "run";
-  opt.event_log = dir / "events.log";
-  opt.timeout_s = 60;
-  opt.policy.min_runtime_s = 0;
-  opt.policy.cooldown_s = 0.2;
-  opt.policy.reserved_headroom = 0;
-  opt.policy.low_guaranteed_share = 0;
+  RunOptions opt = testing::Options(dir.path(), 2, 60);
+  testing::CheckpointThenEvictPolicy(&opt.policy);
   opt.policy.checkpoint_deadline_s = 10;
-  // This test exercises checkpoint-then-evict end to end: request, commit, SIGTERM, exit.
-  opt.policy.sigterm_save = false;
-  opt.policy.kill_now_max_lost_s = 0;
-  opt.policy.kill_after_commit = false;
   opt.policy.hints_stale_s = 10;
   opt.policy.restore_s = 1;
   std::vector<RunEvent> ev;
   Status s = RunJobs(jobs, opt, &ev);
-  std::string all;
-  for (const auto& e : ev) all += std::to_string(e.t) + " " + e.kind + " " + e.job + " " + e.detail + "\n";
+  const std::string all = EventsText(ev);
   ASSERT_TRUE(s.ok()) << s.ToString() << "\n" << all;
-
-  // The victim is low-a, asked to checkpoint for high-h; low-b is never touched.
-  int req = IndexOf(ev, "request", "low-a");
-  ASSERT_GE(req, 0) << all;
-  EXPECT_NE(ev[req].detail.find("for high-h"), std::string::npos) << all;
-  EXPECT_EQ(IndexOf(ev, "request", "low-b"), -1) << all;
-  EXPECT_EQ(IndexOf(ev, "evict", "low-b"), -1) << all;
-  // Order: request → ack (commit durable) → evict (SIGTERM) → preempted → high-h starts.
-  int ack = IndexOf(ev, "ack", "low-a");
-  int evict = IndexOf(ev, "evict", "low-a");
-  int gone = IndexOf(ev, "preempted", "low-a");
-  int high = IndexOf(ev, "start", "high-h");
-  ASSERT_GE(ack, 0) << all;
-  EXPECT_LT(req, ack) << all;
-  EXPECT_LT(ack, evict) << all;
-  EXPECT_LT(evict, gone) << all;
-  EXPECT_LT(gone, high) << all;
-  EXPECT_EQ(IndexOf(ev, "kill", "low-a"), -1) << "victim needed SIGKILL\n" << all;
-  // The victim restarts later and everything finishes.
-  EXPECT_GE(IndexOf(ev, "start", "low-a", 1), high) << all;
-  for (const char* id : {"low-a", "low-b", "high-h"}) EXPECT_GE(IndexOf(ev, "done", id), 0) << id << "\n" << all;
+  // The victim is low-a (less uncommitted work); low-b is never touched.
+  testing::ExpectCheckpointThenEvict(ev, "low-a", "low-b", "high-h", all);
 
   // From the victim's own log: a commit for request 1, then exit at step S, then resume at R ≥ S-1.
   auto log = Lines(dir / "low-a" + "/log");
@@ -137,8 +90,7 @@ TEST(SchedRun, NoHintsEvictNowAndSigkillAfterGrace) {
   opt.policy.cooldown_s = 0;
   std::vector<RunEvent> ev;
   ASSERT_TRUE(RunJobs(jobs, opt, &ev).ok());
-  std::string all;
-  for (const auto& e : ev) all += std::to_string(e.t) + " " + e.kind + " " + e.job + " " + e.detail + "\n";
+  const std::string all = EventsText(ev);
   EXPECT_EQ(IndexOf(ev, "request", "stubborn"), -1) << all;
   int evict = IndexOf(ev, "evict", "stubborn");
   int kill = IndexOf(ev, "kill", "stubborn");

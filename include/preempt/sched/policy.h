@@ -142,23 +142,25 @@ struct Job {
   int64_t user = -1;               // opaque tag for the caller (the simulator's job index)
 
   // Back to the queue after an eviction: unplaced, the preemption counted (cooldown starts now),
-  // and what described the finished run (hints, the job it made room for) forgotten.
+  // and what described the finished run (hints, the job it made room for, any move) forgotten.
   void RequeueAfterPreemption(double now) {
-    phase = JobPhase::kPending;
-    node = -1;
+    Unplace();
     last_preempted = now;
     preemptions++;
-    hints.reset();
-    preemptor.clear();
     move_to = -1;
   }
   // Back to the queue after a move off its node (defragmentation): unplaced and waiting to restart
   // on move_to, which is kept; no cooldown (it is not a preemption), the move counted.
   void RequeueAfterMove(double now) {
-    phase = JobPhase::kPending;
-    node = -1;
+    Unplace();
     last_moved = now;
     moves++;
+  }
+
+ private:
+  void Unplace() {
+    phase = JobPhase::kPending;
+    node = -1;
     hints.reset();
     preemptor.clear();
   }
