@@ -187,6 +187,69 @@ TEST(Simulator, RequestedCheckpointStallDelaysTheVictim) {
   EXPECT_NEAR(r.metrics.lost_gpu_hours * 3600, 2, 1e-6);  // the stall
 }
 
+// Many moves: long-lived 1-GPU high jobs spread over the nodes, short 8-GPU high jobs, lower work
+// around them. Every invariant holds with moves on, moved jobs never thrash, and the large jobs
+// wait far less than without moves.
+TEST(Simulator, InvariantsHoldWithManyMoves) {
+  for (uint64_t seed : {1, 2, 3}) {
+    Trace t;
+    t.name = "fragmented";
+    for (int n = 0; n < 4; ++n) t.nodes.push_back({"n" + std::to_string(n), 8});
+    uint64_t x = seed * 7919;
+    auto rnd = [&]() {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      return static_cast<double>(x >> 11) * 0x1.0p-53;
+    };
+    double at = 0;
+    for (int i = 0; i < 400; ++i) {
+      TraceJob j;
+      j.id = "j" + std::to_string(i);
+      at += rnd() * 200;
+      j.submit = at;
+      double u = rnd();
+      if (u < 0.08) {  // long-lived small high job
+        j.cls = PriorityClass::kHigh;
+        j.gpus = 1;
+        j.duration_s = 20000 + rnd() * 30000;
+      } else if (u < 0.15) {  // large high job
+        j.cls = PriorityClass::kHigh;
+        j.gpus = 8;
+        j.duration_s = 300 + rnd() * 1500;
+      } else {
+        j.cls = u < 0.5 ? PriorityClass::kMedium : PriorityClass::kLow;
+        j.gpus = 1 << static_cast<int>(rnd() * 3);
+        j.duration_s = 600 + rnd() * 6000;
+      }
+      j.ckpt_interval_s = 300;
+      j.ckpt_persist_s = 1 + rnd() * 20;
+      j.restore_s = 5 + rnd() * 20;
+      t.jobs.push_back(j);
+    }
+    PolicyConfig on, off;
+    ASSERT_TRUE(PolicyByName("hint", &on));
+    ASSERT_TRUE(PolicyByName("hint-nodefrag", &off));
+    SimResult a, b;
+    ASSERT_TRUE(Simulate(t, on, SimOptions(), &a).ok());
+    ASSERT_TRUE(Simulate(t, off, SimOptions(), &b).ok());
+    const SimMetrics& m = a.metrics;
+    EXPECT_TRUE(a.violations.empty()) << "seed " << seed << ": " << a.violations[0];
+    EXPECT_EQ(m.capacity_violations, 0);
+    EXPECT_EQ(m.completed, m.jobs) << "seed " << seed;
+    EXPECT_LT(m.work_conservation_error_s, 1e-3 * m.jobs);
+    EXPECT_EQ(m.thrash_cycles, 0) << "seed " << seed;
+    EXPECT_GT(m.moves, 0) << "seed " << seed;
+    EXPECT_EQ(m.move_restarts, m.moves) << "every moved job restarted";
+    EXPECT_LE(m.move_restart_wait_s / std::max(1, m.move_restarts), 60) << "moved jobs restart promptly";
+    double large_on = 0, large_off = 0;
+    for (size_t i = 0; i < t.jobs.size(); ++i) {
+      if (t.jobs[i].gpus != 8 || t.jobs[i].cls != PriorityClass::kHigh) continue;
+      large_on += a.first_start[i] - t.jobs[i].submit;
+      large_off += b.first_start[i] - t.jobs[i].submit;
+    }
+    EXPECT_LT(large_on, 0.75 * large_off) << "seed " << seed;
+  }
+}
+
 TEST(Simulator, AntiThrashingRulesGiveZeroThrashCycles) {
   SyntheticOptions o = Small(11);
   o.jobs = 600;
