@@ -592,12 +592,13 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     // Killing it would throw away more than its save loses: it must be able to save.
     return c.mode != Mode::kKillCheap || lostw[vi] <= v.hints->cost.stall_s + v.hints->cost.persist_s;
   };
-  // Lower-priority victims on `node` a high job could take now (not chosen, past minimum run time).
-  auto lower_victims = [&](int node, const Job& j, const std::vector<char>& in_plan) {
+  // Lower-priority victims on `node` a high job could take now (not chosen, past minimum run time),
+  // cheapest first.
+  auto lower_victims = [&](int node, const Job& j) {
     std::vector<int> out_v;
     for (int vi : running_on[node]) {
       const Job& v = jobs[vi];
-      if (chosen[vi] || in_plan[vi] || v.cls >= j.cls) continue;
+      if (chosen[vi] || v.cls >= j.cls) continue;
       if (cfg.min_runtime_s > 0 && now < v.start_time + cfg.min_runtime_s) continue;
       out_v.push_back(vi);
     }
@@ -623,7 +624,6 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
   };
   // Bounds on the work of one search: nodes evaluated with destinations, searches per pass.
   constexpr int kDefragCandidates = 8, kDefragTries = 16;
-  std::vector<char> in_plan(jobs.size(), 0);
   struct Cand {
     double bound = 0;
     int node = -1;  // -1: no candidate on this node
@@ -636,7 +636,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     Cand c;
     if (st.nodes[node].gpus < j.gpus) return c;
     const int avail = std::max(0, free[node]);
-    std::vector<int> low = lower_victims(node, j, in_plan);
+    std::vector<int> low = lower_victims(node, j);
     std::vector<int> mov;
     int low_g = 0, mov_g = 0;
     for (int vi : low) low_g += jobs[vi].gpus;
@@ -683,13 +683,12 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
   };
   std::map<int, DefragCache> defrag_cache;  // by the preemptor's GPU count (all high)
   // Destinations for moved jobs of g GPUs: the cheapest lower-priority victims per node, cached
-  // per pass like the candidates (computed without this plan's marks; checked at use).
+  // per pass like the candidates.
   struct DestCache {
     std::vector<int> version;
     std::vector<DestOption> opt;  // node -1: none on that node
   };
   std::map<int, DestCache> dest_cache;
-  const std::vector<char> no_plan(jobs.size(), 0);
   auto try_defrag = [&](int ji) -> bool {
     const Job& j = jobs[ji];
     if (!hint || cfg.defrag_max_moves <= 0 || j.cls != PriorityClass::kHigh || j.gpus < 2) return false;
@@ -731,7 +730,6 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       // cheapest lower-priority victims elsewhere.
       std::vector<Step> steps;
       std::unordered_map<int, int> used_free;
-      for (const Step& s : c.steps) in_plan[s.vi] = 1;
       std::vector<Step*> moved;
       for (Step& s : c.steps)
         if (s.to_node == -2) moved.push_back(&s);
@@ -758,8 +756,9 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
           used_free[fit] += g;
           continue;
         }
-        // Cheapest lower-priority victims elsewhere, from this try's list for g GPUs (one node
-        // per move: a node another move of this plan already uses is skipped).
+        // Cheapest lower-priority victims elsewhere, from this try's list for g GPUs. One node
+        // per move: a node another move of this plan already uses (free GPUs or victims) is
+        // skipped, so no victim is taken twice.
         std::vector<const DestOption*>& list = dest_lists[g];
         if (!dest_built[g]) {
           dest_built[g] = 1;
@@ -774,7 +773,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
               DestOption d{0, -1, {}};
               int need_m = g - std::max(0, free[node]);
               if (st.nodes[node].gpus >= g) {
-                for (int vi : lower_victims(node, jobs[mv->vi], no_plan)) {
+                for (int vi : lower_victims(node, jobs[mv->vi])) {
                   if (need_m <= 0) break;
                   d.victims.push_back(vi);
                   d.cost += vcost_high[vi].lost_gpu_s;
@@ -794,9 +793,6 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
         const std::vector<int>* dest_victims = nullptr;
         for (const DestOption* d : list) {
           if (d->node == c.node || used_free.count(d->node)) continue;
-          bool taken = false;
-          for (int vi : d->victims) taken = taken || in_plan[vi];
-          if (taken) continue;
           dest = d->node;
           dest_victims = &d->victims;
           break;
@@ -806,15 +802,12 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
           break;
         }
         mv->to_node = dest;
-        used_free[dest] += std::min(g, std::max(0, free[dest]));
+        used_free[dest] += std::min(g, std::max(0, free[dest]));  // (also marks dest as used)
         for (int vi : *dest_victims) {
-          in_plan[vi] = 1;
           steps.push_back({vi, dest, mv->vi, -1, vcost_high[vi]});
           cost += vcost_high[vi].lost_gpu_s;
         }
       }
-      for (const Step& s : c.steps) in_plan[s.vi] = 0;
-      for (const Step& s : steps) in_plan[s.vi] = 0;
       if (!ok || cost >= best_cost) continue;
       // Cluster-wide rules (low share, budgets) over everything this plan evicts or moves.
       Choice all;
