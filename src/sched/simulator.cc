@@ -495,15 +495,15 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
           if (e.gen != s->gen || s->active < 0) break;
           Job& j = cs.jobs[s->active];
           end_run(e.job, now, false);
+          // Thrash: preempted or moved again within the window of its previous preemption or move.
+          if (now - std::max(s->last_preempted, s->last_moved) < opt.thrash_window_s) m.thrash_cycles++;
           if (j.move_to >= 0) {  // moved for a high job (defragmentation), not preempted
-            if (now - std::max(s->last_preempted, s->last_moved) < opt.thrash_window_s) m.thrash_cycles++;
             m.moves++;
             s->moved_at = s->last_moved = now;
             j.RequeueAfterMove(now);
             j.request_id = 0;
             break;
           }
-          if (now - std::max(s->last_preempted, s->last_moved) < opt.thrash_window_s) m.thrash_cycles++;
           s->last_preempted = now;
           s->preemptions++;
           m.preemptions++;
