@@ -663,7 +663,7 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
       for (const WaitEstimate& w : d.waits) {
         if (w.job_index < 0 || w.job_index >= static_cast<int>(cs.jobs.size())) continue;
         const Job& j = cs.jobs[w.job_index];
-        if (j.phase != JobPhase::kPending) continue;
+        if (j.phase != JobPhase::kPending || sj[j.user].first_start >= 0) continue;  // first-start waits only
         int slot = static_cast<int>(w.cause);
         if (w.cause == WaitCause::kVictimsLeaving) {
           auto it = saving_for.find(j.id);
