@@ -98,6 +98,24 @@ VictimCost CostOf(const Job& v, double now, const PolicyConfig& c, bool for_high
   return out;
 }
 
+// Victim sets: candidates are taken in the order given until `need` GPUs are freed, then the
+// latest-taken ones that turn out not to be needed are dropped again. Returns the kept positions.
+std::vector<int> TakeUntilFreed(const std::vector<int>& gpus_in_order, int need) {
+  std::vector<int> taken;
+  int freed = 0;
+  for (int k = 0; k < static_cast<int>(gpus_in_order.size()) && freed < need; ++k) {
+    taken.push_back(k);
+    freed += gpus_in_order[k];
+  }
+  for (int t = static_cast<int>(taken.size()) - 1; t >= 0; --t) {
+    if (freed - gpus_in_order[taken[t]] >= need) {
+      freed -= gpus_in_order[taken[t]];
+      taken.erase(taken.begin() + t);
+    }
+  }
+  return taken;
+}
+
 // How a victim leaves, for reasons.
 const char* HowText(const VictimCost& vc) {
   if (vc.checkpoint_first) return "checkpoint first";
@@ -496,22 +514,11 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
           if (ca != cb) return ca < cb;
           return x.id < y.id;
         });
-        std::vector<int> taken;
-        int freed = 0;
-        for (int k : order) {
-          if (freed >= need) break;
-          taken.push_back(k);
-          freed += jobs[cand[k]].gpus;
-        }
-        for (int t = static_cast<int>(taken.size()) - 1; t >= 0; --t) {
-          int k = taken[t];
-          if (freed - jobs[cand[k]].gpus >= need) {
-            freed -= jobs[cand[k]].gpus;
-            taken.erase(taken.begin() + t);
-          }
-        }
+        std::vector<int> order_gpus;
+        for (int k : order) order_gpus.push_back(jobs[cand[k]].gpus);
         double wait = 0, lost = 0, raw = 0;
-        for (int k : taken) {
+        for (int pos : TakeUntilFreed(order_gpus, need)) {
+          const int k = order[pos];
           const Job& v = jobs[cand[k]];
           if (v.cls == PriorityClass::kLow) c.low_taken += v.gpus;
           c.freed_gpus += v.gpus;
@@ -650,22 +657,14 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       return jobs[a].id < jobs[b].id;
     });
     const int need = j.gpus - avail;
-    std::vector<std::pair<int, bool>> taken;  // (job, moved)
-    int freed = 0;
-    for (int vi : low) taken.emplace_back(vi, false), freed += jobs[vi].gpus;
-    for (int vi : mov) {
-      if (freed >= need) break;
-      taken.emplace_back(vi, true);
-      freed += jobs[vi].gpus;
-    }
-    for (int t = static_cast<int>(taken.size()) - 1; t >= 0; --t) {
-      if (freed - jobs[taken[t].first].gpus >= need) {
-        freed -= jobs[taken[t].first].gpus;
-        taken.erase(taken.begin() + t);
-      }
-    }
+    // All lower victims come first (together they are too few), then the moves.
+    std::vector<int> order = low, order_gpus;
+    order.insert(order.end(), mov.begin(), mov.end());
+    for (int vi : order) order_gpus.push_back(jobs[vi].gpus);
     int moves = 0;
-    for (const auto& [vi, moved] : taken) {
+    for (int pos : TakeUntilFreed(order_gpus, need)) {
+      const int vi = order[pos];
+      const bool moved = pos >= static_cast<int>(low.size());
       const VictimCost& vc = moved ? vcost[vi] : vcost_high[vi];
       moves += moved;
       c.steps.push_back({vi, node, -1, moved ? -2 : -1, vc});
