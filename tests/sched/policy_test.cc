@@ -423,7 +423,9 @@ TEST(Policy, NonHighPreemptDelayTable) {
       ASSERT_TRUE(start) << c.name << "\n" << Dump(d);
       EXPECT_EQ(start->kind, ActionKind::kStart) << c.name;
     }
-    if (!c.preempts && !c.free_gpu) EXPECT_TRUE(d.actions.empty()) << c.name << "\n" << Dump(d);
+    if (!c.preempts && !c.free_gpu) {
+      EXPECT_TRUE(d.actions.empty()) << c.name << "\n" << Dump(d);
+    }
     EXPECT_EQ(d.recheck_at, c.recheck_at) << c.name;
   }
   // The default policy has the delay on; the no-rules preset and the baselines do not.

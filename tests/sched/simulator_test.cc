@@ -137,8 +137,9 @@ TEST(Simulator, LostWorkModel) {
                     r.metrics.lost_stopped_gpu_hours,
                 r.metrics.lost_gpu_hours, 1e-9)
         << c.name;
-    if (!c.sigterm_saves && c.requests == 0)  // dies at once: nothing between stop and exit
+    if (!c.sigterm_saves && c.requests == 0) {  // dies at once: nothing between stop and exit
       EXPECT_NEAR(r.metrics.lost_stopped_gpu_hours, 0, 1e-12) << c.name;
+    }
     EXPECT_NEAR(r.first_start[1], c.high_start, 1e-6) << c.name;
     EXPECT_NEAR(r.finish[0], 10000 + c.lost_gpu_s + 100, 1e-6) << c.name;
     EXPECT_EQ(r.metrics.checkpoint_requests, c.requests) << c.name;
