@@ -244,17 +244,8 @@ Status LoadAlibabaTrace(const AlibabaOptions& opt, Trace* out) {
   std::stable_sort(t.jobs.begin(), t.jobs.end(), [](const TraceJob& a, const TraceJob& b) { return a.submit < b.submit; });
   if (opt.max_jobs > 0 && static_cast<int>(t.jobs.size()) > opt.max_jobs) t.jobs.resize(opt.max_jobs);
   int capacity = opt.gpus;
-  if (capacity <= 0) {
-    std::vector<std::pair<double, int>> ev;
-    for (const auto& j : t.jobs) {
-      ev.emplace_back(j.submit, j.gpus);
-      ev.emplace_back(j.submit + j.duration_s, -j.gpus);
-    }
-    std::sort(ev.begin(), ev.end());
-    int cur = 0, peak = 0;
-    for (auto& e : ev) peak = std::max(peak, cur += e.second);
-    capacity = static_cast<int>(std::ceil(peak / std::max(1.0, opt.overload)));
-  }
+  if (capacity <= 0)
+    capacity = static_cast<int>(std::ceil(MeasureOfferedDemand(t).peak_gpus / std::max(1.0, opt.overload)));
   int nodes = std::max(1, (capacity + 7) / 8);
   for (int i = 0; i < nodes; ++i) {
     char name[32];
@@ -263,6 +254,52 @@ Status LoadAlibabaTrace(const AlibabaOptions& opt, Trace* out) {
   }
   *out = std::move(t);
   return Status::OK();
+}
+
+namespace {
+struct OfferedCurve {
+  int peak = 0;
+  double over_s = 0, excess_gpu_s = 0;  // above `capacity`
+};
+// The GPUs held at once by the jobs `keep` selects, each from submit to submit + duration (ends
+// before starts at the same instant): its peak, and the time and GPU-seconds above `capacity`.
+template <typename Keep>
+OfferedCurve Offered(const Trace& trace, int capacity, Keep keep) {
+  std::vector<std::pair<double, int>> ev;
+  for (const auto& j : trace.jobs) {
+    if (!keep(j)) continue;
+    ev.emplace_back(j.submit, j.gpus);
+    ev.emplace_back(j.submit + j.duration_s, -j.gpus);
+  }
+  std::sort(ev.begin(), ev.end());
+  OfferedCurve c;
+  int cur = 0;
+  double prev = ev.empty() ? 0 : ev.front().first;
+  for (const auto& e : ev) {
+    if (cur > capacity) {
+      c.over_s += e.first - prev;
+      c.excess_gpu_s += (e.first - prev) * (cur - capacity);
+    }
+    prev = e.first;
+    c.peak = std::max(c.peak, cur += e.second);
+  }
+  return c;
+}
+}  // namespace
+
+OfferedDemand MeasureOfferedDemand(const Trace& trace) {
+  OfferedDemand d;
+  for (const auto& n : trace.nodes) d.capacity_gpus += n.gpus;
+  d.peak_gpus = Offered(trace, d.capacity_gpus, [](const TraceJob&) { return true; }).peak;
+  for (int c = 0; c < kNumClasses; ++c) {
+    OfferedCurve oc = Offered(trace, d.capacity_gpus, [c](const TraceJob& j) { return static_cast<int>(j.cls) == c; });
+    d.peak_gpus_by_class[c] = oc.peak;
+    if (c == static_cast<int>(PriorityClass::kHigh)) {
+      d.high_over_capacity_s = oc.over_s;
+      d.high_excess_gpu_s = oc.excess_gpu_s;
+    }
+  }
+  return d;
 }
 
 bool PolicyByName(const std::string& name, PolicyConfig* out) {

@@ -402,13 +402,46 @@ TEST(AlibabaTrace, MappingOnAFixture) {
   EXPECT_EQ(t.jobs[2].gpus, 1);          // a shared GPU counts as one
   EXPECT_EQ(t.jobs[3].cls, PriorityClass::kHigh);
   EXPECT_NEAR(t.jobs[1].ckpt_persist_s, 0.5 + 8192.0 * 1048576 / 2e9, 1e-9);
-  // Peak whole-GPU demand is 11 (p0 + p1 + p5 at t=70..500); overload 1.5 → 8 GPUs → one node.
+  // Peak whole-GPU demand is 12 (p0 + p1 + p2 + p5 at t=60..80); overload 1.5 → 8 GPUs → one node.
+  EXPECT_EQ(MeasureOfferedDemand(t).peak_gpus, 12);
   EXPECT_EQ(t.nodes.size(), 1u);
   o.gpus = 20;
   ASSERT_TRUE(LoadAlibabaTrace(o, &t).ok());
   EXPECT_EQ(t.nodes.size(), 3u);
   o.dir = dir / "absent";
   EXPECT_EQ(LoadAlibabaTrace(o, &t).code(), StatusCode::kNotFound);
+}
+
+TEST(OfferedDemand, PeaksOverallAndPerClass) {
+  Trace t;
+  t.nodes = {{"a", 8}, {"b", 4}};
+  auto add = [&](PriorityClass c, int gpus, double submit, double duration) {
+    TraceJob j;
+    j.id = "j" + std::to_string(t.jobs.size());
+    j.cls = c;
+    j.gpus = gpus;
+    j.submit = submit;
+    j.duration_s = duration;
+    t.jobs.push_back(j);
+  };
+  add(PriorityClass::kHigh, 4, 0, 100);    // high: 4 on [0,100)
+  add(PriorityClass::kHigh, 8, 100, 50);   // ends of one and starts of another at the same instant do not add up
+  add(PriorityClass::kHigh, 2, 120, 100);  // high peak 10 on [120,150)
+  add(PriorityClass::kLow, 3, 50, 100);    // overall peak: 8 + 2 + 3 = 13 on [120,150)
+  add(PriorityClass::kMedium, 1, 500, 10);
+  OfferedDemand d = MeasureOfferedDemand(t);
+  EXPECT_EQ(d.capacity_gpus, 12);
+  EXPECT_EQ(d.peak_gpus, 13);
+  EXPECT_EQ(d.peak_gpus_by_class[static_cast<int>(PriorityClass::kHigh)], 10);
+  EXPECT_EQ(d.peak_gpus_by_class[static_cast<int>(PriorityClass::kMedium)], 1);
+  EXPECT_EQ(d.peak_gpus_by_class[static_cast<int>(PriorityClass::kLow)], 3);
+  // High demand above the 12 GPUs: none (its peak is 10).
+  EXPECT_EQ(d.high_over_capacity_s, 0);
+  t.nodes = {{"a", 8}};  // now 8 GPUs: high is 10 on [120,150) → 30 s, 2 GPUs over
+  d = MeasureOfferedDemand(t);
+  EXPECT_DOUBLE_EQ(d.high_over_capacity_s, 30);
+  EXPECT_DOUBLE_EQ(d.high_excess_gpu_s, 60);
+  EXPECT_EQ(MeasureOfferedDemand(Trace{}).peak_gpus, 0);
 }
 
 TEST(Metrics, CsvAndTable) {

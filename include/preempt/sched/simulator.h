@@ -80,6 +80,19 @@ struct AlibabaOptions {
 };
 Status LoadAlibabaTrace(const AlibabaOptions& opt, Trace* out);
 
+// Offered demand: the GPUs the trace's jobs would hold at once if each ran from its submit time
+// for its duration — the peak, overall and per class, and how long and by how much the
+// high-priority demand alone exceeds the cluster's GPUs. While it does, high-priority jobs wait for
+// each other whatever the policy preempts (node fragmentation only adds to that).
+struct OfferedDemand {
+  int capacity_gpus = 0;
+  int peak_gpus = 0;
+  int peak_gpus_by_class[kNumClasses] = {};
+  double high_over_capacity_s = 0;   // time with high-priority demand > capacity_gpus
+  double high_excess_gpu_s = 0;      // integral of (high-priority demand - capacity_gpus) over that time
+};
+OfferedDemand MeasureOfferedDemand(const Trace& trace);
+
 struct SimOptions {
   double eviction_latency_s = 1.0;  // process teardown after exit/kill until the GPUs are free
   // Workload: true = jobs run the preempt runtime and save inside their grace period on SIGTERM;
