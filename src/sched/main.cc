@@ -139,6 +139,10 @@ int Simulate(const Args& a) {
   int gpus = 0;
   for (auto& n : trace.nodes) gpus += n.gpus;
   printf("trace %s: %zu jobs, %zu nodes, %d GPUs\n", trace.name.c_str(), trace.jobs.size(), trace.nodes.size(), gpus);
+  const OfferedDemand d = MeasureOfferedDemand(trace);
+  printf("offered demand: peak %d GPUs (high %d); high-priority demand alone above the cluster for %.1f h (%.1f GPU-h)\n",
+         d.peak_gpus, d.peak_gpus_by_class[static_cast<int>(PriorityClass::kHigh)], d.high_over_capacity_s / 3600,
+         d.high_excess_gpu_s / 3600);
   SimOptions so;
   so.grace_period_s = a.Num("grace", so.grace_period_s);
   so.sigterm_saves = !a.Has("naive");
