@@ -40,16 +40,18 @@ if [ -z "${SKIP_SANITIZERS:-}" ]; then
 fi
 
 if [ -z "${SKIP_FUZZ:-}" ]; then
-  stage "libFuzzer: manifest and COMMIT parsers, ${FUZZ_SECONDS} s"
+  stage "libFuzzer: manifest and COMMIT parsers, then the scheduler's inputs, ${FUZZ_SECONDS} s each"
   cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPREEMPT_FUZZ=ON -DPREEMPT_SANITIZE=address,undefined \
         -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DPREEMPT_WITH_TORCH=OFF \
         -DPREEMPT_BUILD_TESTS=OFF -DPREEMPT_BUILD_BENCHMARKS=OFF >/dev/null
-  cmake --build build-fuzz -j"$JOBS" --target fuzz_manifest
-  corpus=$(mktemp -d)
-  cp tests/fuzz/corpus/* "$corpus"/
-  (cd build-fuzz && ./tests/fuzz/fuzz_manifest -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=1024 \
-      -max_len=65536 -print_final_stats=1 "$corpus" 2>&1 | tail -n 4)
-  rm -rf "$corpus"
+  cmake --build build-fuzz -j"$JOBS" --target fuzz_manifest fuzz_sched
+  for target in fuzz_manifest:corpus fuzz_sched:corpus-sched; do
+    corpus=$(mktemp -d)
+    cp "tests/fuzz/${target#*:}"/* "$corpus"/
+    (cd build-fuzz && ./tests/fuzz/"${target%%:*}" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=1024 \
+        -max_len=65536 -timeout=20 -print_final_stats=1 "$corpus" 2>&1 | tail -n 4)
+    rm -rf "$corpus"
+  done
 fi
 
 stage "all tests passed"

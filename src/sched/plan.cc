@@ -10,6 +10,7 @@
 #include <ctime>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 namespace preempt::sched {
@@ -57,6 +58,13 @@ bool Num(const rapidjson::Value& o, const char* k, double* out) {
   }
   return false;
 }
+
+// Whole GPU counts and times from user files: finite and in range, or the field is rejected.
+constexpr double kMaxGpus = 1 << 16;
+constexpr double kMaxAbsTime = 1e11;  // seconds; unix times and durations (~3,000 years)
+
+bool WholeInRange(double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi && v == std::floor(v); }
+bool TimeOk(double v) { return std::isfinite(v) && std::fabs(v) <= kMaxAbsTime; }
 
 std::string DirOf(const std::string& path) {
   size_t s = path.find_last_of('/');
@@ -161,7 +169,7 @@ Status PolicyFromJson(const std::string& json, PolicyConfig* c) {
        : k == "kill_after_commit"   ? c->kill_after_commit
                                     : c->kill_when_cheaper) = v.GetBool();
     } else if (k == "budget_max_preemptions" || k == "max_preemptors_per_pass" || k == "defrag_max_moves") {
-      if (!v.IsInt()) return bad("an integer");
+      if (!v.IsInt() || v.GetInt() < 0 || v.GetInt() > 1000000) return bad("an integer in [0, 1000000]");
       (k == "budget_max_preemptions"    ? c->budget_max_preemptions
        : k == "max_preemptors_per_pass" ? c->max_preemptors_per_pass
                                         : c->defrag_max_moves) = v.GetInt();
@@ -178,7 +186,15 @@ Status PolicyFromJson(const std::string& json, PolicyConfig* c) {
       }
     } else if (nums.count(k)) {
       if (!v.IsNumber()) return bad("a number");
-      *nums[k] = v.GetDouble();
+      const double x = v.GetDouble();
+      if (k == "reserved_headroom" || k == "low_guaranteed_share") {
+        if (!(x >= 0 && x <= 1)) return bad("a fraction in [0, 1]");
+      } else if (k == "high_tolerable_wait_s") {  // < 0 means "the victim's own grace period"
+        if (!(std::fabs(x) <= 1e9)) return bad("a number of seconds in [-1e9, 1e9]");
+      } else if (!(x >= 0 && x <= 1e9)) {
+        return bad("a number in [0, 1e9]");
+      }
+      *nums[k] = x;
     } else {
       return Status(StatusCode::kInvalidArgument, "policy: unknown field '" + k + "'");
     }
@@ -189,30 +205,43 @@ Status PolicyFromJson(const std::string& json, PolicyConfig* c) {
 Status LoadSnapshot(const std::string& path, ClusterState* out, std::vector<std::string>* notes) {
   std::string text;
   PREEMPT_RETURN_IF_ERROR(ReadText(path, &text));
+  return ParseSnapshot(text, path, DirOf(path), out, notes);
+}
+
+Status ParseSnapshot(const std::string& text, const std::string& path, const std::string& base_dir, ClusterState* out,
+                     std::vector<std::string>* notes) {
   rapidjson::Document doc;
   PREEMPT_RETURN_IF_ERROR(Parse(text, "snapshot " + path, &doc));
   if (Str(doc, "schema") != "preempt.snapshot/1")
     return Status(StatusCode::kVersionMismatch, "snapshot " + path + ": field 'schema': expected preempt.snapshot/1");
   ClusterState st;
   st.now = NowUnix();
-  Num(doc, "now_unix", &st.now);
+  if (Num(doc, "now_unix", &st.now) && !TimeOk(st.now))
+    return Status(StatusCode::kCorruption, "snapshot " + path + ": field 'now_unix': not a finite time");
   auto nodes = doc.FindMember("nodes");
   if (nodes == doc.MemberEnd() || !nodes->value.IsArray())
     return Status(StatusCode::kCorruption, "snapshot " + path + ": field 'nodes': expected an array");
   for (const auto& n : nodes->value.GetArray()) {
     double g = 0;
     std::string name = Str(n, "name");
-    if (name.empty() || !Num(n, "gpus", &g) || g < 0)
-      return Status(StatusCode::kCorruption, "snapshot " + path + ": field 'nodes[]': needs name and gpus");
+    if (name.empty() || !Num(n, "gpus", &g) || !WholeInRange(g, 0, kMaxGpus))
+      return Status(StatusCode::kCorruption,
+                    "snapshot " + path + ": field 'nodes[]': needs a name and gpus, a whole number in [0, 65536]");
+    if (NodeIndex(&st, name, 0) >= 0)
+      return Status(StatusCode::kCorruption, "snapshot " + path + ": field 'nodes[].name': node '" + name + "' twice");
     st.nodes.push_back({name, static_cast<int>(g)});
   }
   auto jobs = doc.FindMember("jobs");
   if (jobs == doc.MemberEnd() || !jobs->value.IsArray())
     return Status(StatusCode::kCorruption, "snapshot " + path + ": field 'jobs': expected an array");
+  std::set<std::string> ids;
+  std::vector<int> used(st.nodes.size(), 0);
   for (const auto& o : jobs->value.GetArray()) {
     Job j;
     j.id = Str(o, "id");
     if (j.id.empty()) return Status(StatusCode::kCorruption, "snapshot " + path + ": field 'jobs[].id': missing");
+    if (!ids.insert(j.id).second)
+      return Status(StatusCode::kCorruption, "snapshot " + path + ": field 'jobs[].id': job '" + j.id + "' twice");
     auto err = [&](const std::string& f, const std::string& m) {
       return Status(StatusCode::kCorruption, "snapshot " + path + ": job " + j.id + ": field '" + f + "': " + m);
     };
@@ -220,16 +249,22 @@ Status LoadSnapshot(const std::string& path, ClusterState* out, std::vector<std:
     j.queue = Str(o, "queue", "default");
     double g = 1;
     Num(o, "gpus", &g);
-    if (g < 1) return err("gpus", "must be >= 1");
+    if (!WholeInRange(g, 1, kMaxGpus)) return err("gpus", "must be a whole number in [1, 65536]");
     j.gpus = static_cast<int>(g);
     j.phase = PhaseFrom(Str(o, "state", "pending"));
-    Num(o, "submit_unix", &j.submit_time);
-    Num(o, "start_unix", &j.start_time);
-    Num(o, "last_preempted_unix", &j.last_preempted);
-    Num(o, "restore_s", &j.restore_s);
+    for (auto [key, field] : {std::pair<const char*, double*>{"submit_unix", &j.submit_time},
+                              {"start_unix", &j.start_time},
+                              {"last_preempted_unix", &j.last_preempted},
+                              {"restore_s", &j.restore_s}}) {
+      if (Num(o, key, field) && !TimeOk(*field)) return err(key, "not a finite time");
+    }
     if (j.phase != JobPhase::kPending) {
       j.node = NodeIndex(&st, Str(o, "node"), 0);
       if (j.node < 0) return err("node", "unknown node '" + Str(o, "node") + "'");
+      used[j.node] += j.gpus;
+      if (used[j.node] > st.nodes[j.node].gpus)
+        return err("gpus", "node '" + st.nodes[j.node].name + "' would hold " + std::to_string(used[j.node]) +
+                               " GPUs of its " + std::to_string(st.nodes[j.node].gpus));
     }
     std::string hf = Str(o, "hints_file");
     auto inl = o.FindMember("hints");
@@ -241,8 +276,10 @@ Status LoadSnapshot(const std::string& path, ClusterState* out, std::vector<std:
       Status s = HintsFromJson(sb.GetString(), path + " job " + j.id, &h);
       if (s.ok()) j.hints = h;
       else notes->push_back(s.ToString() + "; treated as unknown cost");
+    } else if (!hf.empty() && base_dir.empty()) {
+      notes->push_back("job " + j.id + ": hints_file not read (no base directory); treated as unknown cost");
     } else if (!hf.empty()) {
-      AttachHintsFile(&j, hf[0] == '/' ? hf : DirOf(path) + "/" + hf, notes);
+      AttachHintsFile(&j, hf[0] == '/' ? hf : base_dir + "/" + hf, notes);
     } else if (j.phase != JobPhase::kPending) {
       notes->push_back("job " + j.id + ": no hints; treated as unknown cost");
     }
@@ -256,6 +293,13 @@ Status LoadK8sPodList(const std::string& path, int gpus_per_node, double now, Cl
                       std::vector<std::string>* notes) {
   std::string text;
   PREEMPT_RETURN_IF_ERROR(ReadText(path, &text));
+  return ParseK8sPodList(text, path, gpus_per_node, now, /*read_hints_files=*/true, out, notes);
+}
+
+Status ParseK8sPodList(const std::string& text, const std::string& path, int gpus_per_node, double now,
+                       bool read_hints_files, ClusterState* out, std::vector<std::string>* notes) {
+  if (gpus_per_node < 1 || gpus_per_node > kMaxGpus)
+    return Status(StatusCode::kInvalidArgument, "pod list " + path + ": GPUs per node must be in [1, 65536]");
   rapidjson::Document doc;
   PREEMPT_RETURN_IF_ERROR(Parse(text, "pod list " + path, &doc));
   auto items = doc.FindMember("items");
@@ -263,6 +307,8 @@ Status LoadK8sPodList(const std::string& path, int gpus_per_node, double now, Cl
     return Status(StatusCode::kCorruption, "pod list " + path + ": field 'items': expected an array");
   ClusterState st;
   st.now = now;
+  std::set<std::string> ids;
+  std::vector<int> used;
   for (const auto& pod : items->value.GetArray()) {
     if (!pod.IsObject()) continue;
     const rapidjson::Value empty(rapidjson::kObjectType);
@@ -286,22 +332,38 @@ Status LoadK8sPodList(const std::string& path, int gpus_per_node, double now, Cl
     if (containers.IsArray()) {
       for (const auto& c : containers.GetArray()) {
         double g = 0;
-        if (Num(member(member(c, "resources"), "limits"), "nvidia.com/gpu", &g)) gpus += g;
+        if (Num(member(member(c, "resources"), "limits"), "nvidia.com/gpu", &g)) {
+          if (!WholeInRange(g, 0, kMaxGpus))
+            return Status(StatusCode::kCorruption, "pod list " + path + ": pod " + j.id +
+                                                       ": field 'resources.limits.nvidia.com/gpu': not a whole "
+                                                       "number in [0, 65536]");
+          gpus += g;
+        }
       }
     }
     if (gpus < 1) continue;  // not a GPU pod
+    if (gpus > kMaxGpus)
+      return Status(StatusCode::kCorruption, "pod list " + path + ": pod " + j.id + ": more than 65536 GPUs");
+    if (!ids.insert(j.id).second)
+      return Status(StatusCode::kCorruption, "pod list " + path + ": pod " + j.id + " twice");
     j.gpus = static_cast<int>(gpus);
     std::string pc = Str(spec, "priorityClassName");
     double prio = 0;
     if (pc.find("high") != std::string::npos) j.cls = PriorityClass::kHigh;
     else if (pc.find("medium") != std::string::npos) j.cls = PriorityClass::kMedium;
     else if (pc.find("low") != std::string::npos) j.cls = PriorityClass::kLow;
-    else if (Num(spec, "priority", &prio)) j.cls = prio >= 1000000 ? PriorityClass::kHigh : prio >= 100 ? PriorityClass::kMedium : PriorityClass::kLow;
+    else if (Num(spec, "priority", &prio) && std::isfinite(prio)) j.cls = prio >= 1000000 ? PriorityClass::kHigh : prio >= 100 ? PriorityClass::kMedium : PriorityClass::kLow;
     ParseRfc3339(Str(meta, "creationTimestamp"), &j.submit_time);
     std::string node = Str(spec, "nodeName");
     if (phase == "Running" && !node.empty()) {
       j.phase = JobPhase::kRunning;
       j.node = NodeIndex(&st, node, gpus_per_node);
+      used.resize(st.nodes.size(), 0);
+      used[j.node] += j.gpus;
+      if (used[j.node] > gpus_per_node)
+        return Status(StatusCode::kCorruption, "pod list " + path + ": pod " + j.id + ": node " + node + " would hold " +
+                                                   std::to_string(used[j.node]) + " GPUs of " +
+                                                   std::to_string(gpus_per_node) + " (--gpus-per-node)");
       if (!ParseRfc3339(Str(status, "startTime"), &j.start_time)) j.start_time = j.submit_time;
     }
     std::string inl = Str(ann, "preempt.dev/hints");
@@ -311,6 +373,8 @@ Status LoadK8sPodList(const std::string& path, int gpus_per_node, double now, Cl
       Status s = HintsFromJson(inl, "annotation preempt.dev/hints of " + j.id, &h);
       if (s.ok()) j.hints = h;
       else notes->push_back(s.ToString() + "; treated as unknown cost");
+    } else if (!file.empty() && !read_hints_files) {
+      notes->push_back("pod " + j.id + ": preempt.dev/hints-file not read here; treated as unknown cost");
     } else if (!file.empty()) {
       AttachHintsFile(&j, file, notes);
     } else if (j.phase == JobPhase::kRunning) {

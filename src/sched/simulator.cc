@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <queue>
 #include <set>
 #include <sstream>
@@ -78,6 +79,9 @@ double Mean(const std::vector<double>& v) {
   return s / static_cast<double>(v.size());
 }
 
+constexpr int kMaxTraceGpus = 1 << 16;
+constexpr double kMaxTraceSeconds = 1e10;  // ~317 years
+
 bool ParseDouble(const std::string& s, double* out) {
   if (s.empty()) return false;
   char* end = nullptr;
@@ -133,13 +137,21 @@ Trace SyntheticTrace(const SyntheticOptions& o) {
 }
 
 Status LoadTraceCsv(const std::string& path, Trace* out) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) return Status(StatusCode::kNotFound, "trace " + path + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ParseTraceCsv(text.str(), path, out);
+}
+
+Status ParseTraceCsv(const std::string& text, const std::string& path, Trace* out) {
+  std::istringstream in(text);
   Trace t;
   t.name = path;
   std::string line;
   int lineno = 0;
   bool header = false;
+  std::map<std::string, int> id_line;
   while (std::getline(in, line)) {
     ++lineno;
     if (line.empty() || line[0] == '#') continue;
@@ -156,6 +168,9 @@ Status LoadTraceCsv(const std::string& path, Trace* out) {
     if (f.size() != 11) return err("expected 11 fields, got " + std::to_string(f.size()));
     TraceJob j;
     j.id = f[0];
+    if (j.id.empty()) return err("field 'id': empty");
+    auto [it, fresh] = id_line.emplace(j.id, lineno);
+    if (!fresh) return err("field 'id': job '" + j.id + "' already on line " + std::to_string(it->second));
     double v[11];
     const char* names[] = {"", "submit_s", "", "", "gpus", "duration_s", "ckpt_interval_s", "ckpt_drain_s",
                            "ckpt_stall_s", "ckpt_persist_s", "restore_s"};
@@ -165,8 +180,13 @@ Status LoadTraceCsv(const std::string& path, Trace* out) {
     if (!ParsePriorityClass(f[2], &j.cls)) return err("field 'class': expected low|medium|high");
     j.submit = v[1];
     j.queue = f[3].empty() ? "default" : f[3];
+    if (v[4] < 1 || v[4] > kMaxTraceGpus || v[4] != std::floor(v[4]))
+      return err("field 'gpus': must be a whole number in [1, " + std::to_string(kMaxTraceGpus) + "]");
     j.gpus = static_cast<int>(v[4]);
-    if (j.gpus < 1) return err("field 'gpus': must be >= 1");
+    for (int k : {1, 5, 7, 8, 9, 10})
+      if (v[k] > kMaxTraceSeconds) return err(std::string("field '") + names[k] + "': larger than 1e10 s");
+    if (v[6] != 0 && (v[6] < 1 || v[6] > kMaxTraceSeconds))
+      return err("field 'ckpt_interval_s': must be 0 (default 600 s) or in [1, 1e10] s");
     j.duration_s = v[5];
     j.ckpt_interval_s = v[6] > 0 ? v[6] : 600;
     j.ckpt_drain_s = v[7];
@@ -395,8 +415,28 @@ struct Event {
 
 }  // namespace
 
+Status ValidateTrace(const Trace& trace) {
+  auto bad = [&](const std::string& m) { return Status(StatusCode::kInvalidArgument, "trace " + trace.name + ": " + m); };
+  if (trace.nodes.empty()) return bad("no nodes");
+  std::set<std::string> names;
+  for (const auto& n : trace.nodes) {
+    if (n.gpus < 0 || n.gpus > kMaxTraceGpus) return bad("node " + n.name + ": gpus out of range");
+    if (!names.insert(n.name).second) return bad("node " + n.name + " twice");
+  }
+  std::set<std::string> ids;
+  for (const auto& j : trace.jobs) {
+    if (!ids.insert(j.id).second) return bad("job " + j.id + " twice (job ids must be unique)");
+    if (j.gpus < 1 || j.gpus > kMaxTraceGpus) return bad("job " + j.id + ": gpus out of range");
+    for (double v : {j.submit, j.duration_s, j.ckpt_drain_s, j.ckpt_stall_s, j.ckpt_persist_s, j.restore_s})
+      if (!(v >= 0 && v <= kMaxTraceSeconds)) return bad("job " + j.id + ": a time is negative, not finite or > 1e10 s");
+    if (!(j.ckpt_interval_s >= 1 && j.ckpt_interval_s <= kMaxTraceSeconds))
+      return bad("job " + j.id + ": ckpt_interval_s must be in [1, 1e10] s");
+  }
+  return Status::OK();
+}
+
 Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions& opt, SimResult* out) {
-  if (trace.nodes.empty()) return Status(StatusCode::kInvalidArgument, "trace " + trace.name + ": no nodes");
+  PREEMPT_RETURN_IF_ERROR(ValidateTrace(trace));
   SimResult res;
   SimMetrics& m = res.metrics;
   m.policy = PolicyKindName(policy.kind);

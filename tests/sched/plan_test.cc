@@ -79,6 +79,18 @@ TEST(Plan, SnapshotErrorsNameTheField) {
       {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","class":"vip"}]})", "field 'class'"},
       {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","state":"running","node":"zz"}]})",
        "unknown node 'zz'"},
+      {R"({"schema":"preempt.snapshot/1","now_unix":"nan","nodes":[],"jobs":[]})", "field 'now_unix'"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[{"name":"n","gpus":8},{"name":"n","gpus":8}],"jobs":[]})",
+       "node 'n' twice"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[{"name":"n","gpus":1e300}],"jobs":[]})", "nodes[]"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a"},{"id":"a"}]})", "job 'a' twice"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","gpus":1e300}]})", "field 'gpus'"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","gpus":2.5}]})", "field 'gpus'"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","submit_unix":"inf"}]})",
+       "field 'submit_unix'"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[{"name":"n","gpus":8}],
+           "jobs":[{"id":"a","gpus":6,"state":"running","node":"n"},{"id":"b","gpus":4,"state":"running","node":"n"}]})",
+       "job b: field 'gpus': node 'n' would hold 10 GPUs of its 8"},
   };
   for (const auto& c : cases) {
     WriteFileOrDie(dir / "s.json", c.doc);
@@ -133,6 +145,56 @@ TEST(Plan, KubernetesPodList) {
   EXPECT_EQ(d.actions[0].job, "research/train-a");  // known, small lost work beats unknown
 }
 
+TEST(Plan, KubernetesPodListErrors) {
+  auto pod = [](const std::string& name, const std::string& gpus, const std::string& node) {
+    return R"({"metadata":{"name":")" + name + R"(","namespace":"ns"},"spec":{"nodeName":")" + node +
+           R"(","containers":[{"resources":{"limits":{"nvidia.com/gpu":)" + gpus +
+           R"(}}}]},"status":{"phase":"Running"}})";
+  };
+  struct Case {
+    std::string items;
+    std::string needle;
+  };
+  const Case cases[] = {
+      {pod("a", "\"1e300\"", "n"), "pod ns/a: field 'resources.limits.nvidia.com/gpu'"},
+      {pod("a", "1.5", "n"), "pod ns/a: field 'resources.limits.nvidia.com/gpu'"},
+      {pod("a", "1", "n") + "," + pod("a", "1", "m"), "pod ns/a twice"},
+      {pod("a", "6", "n") + "," + pod("b", "4", "n"), "pod ns/b: node n would hold 10 GPUs of 8 (--gpus-per-node)"},
+  };
+  for (const auto& c : cases) {
+    ClusterState st;
+    std::vector<std::string> notes;
+    Status s = ParseK8sPodList(R"({"items":[)" + c.items + "]}", "pods.json", 8, 1764680000, false, &st, &notes);
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << c.items;
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("pods.json"), std::string::npos) << s.ToString();
+  }
+  ClusterState st;
+  std::vector<std::string> notes;
+  EXPECT_EQ(ParseK8sPodList(R"({"items":[]})", "pods.json", 0, 0, false, &st, &notes).code(),
+            StatusCode::kInvalidArgument);
+  // A hints file is not read when reading files is off: noted, the cost stays unknown.
+  const std::string with_file = R"({"items":[{"metadata":{"name":"a","namespace":"ns","annotations":
+      {"preempt.dev/hints-file":"/etc/passwd"}},"spec":{"nodeName":"n","containers":[{"resources":{"limits":
+      {"nvidia.com/gpu":1}}}]},"status":{"phase":"Running"}}]})";
+  ASSERT_TRUE(ParseK8sPodList(with_file, "pods.json", 8, 1764680000, false, &st, &notes).ok());
+  EXPECT_FALSE(st.jobs[0].hints.has_value());
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("not read here"), std::string::npos) << notes[0];
+}
+
+TEST(Plan, SnapshotFromTextReadsNoHintsFileWithoutABaseDirectory) {
+  ClusterState st;
+  std::vector<std::string> notes;
+  ASSERT_TRUE(ParseSnapshot(R"({"schema":"preempt.snapshot/1","nodes":[{"name":"n","gpus":8}],
+      "jobs":[{"id":"a","state":"running","node":"n","hints_file":"/etc/passwd"}]})",
+                            "inline", "", &st, &notes)
+                  .ok());
+  EXPECT_FALSE(st.jobs[0].hints.has_value());
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("not read"), std::string::npos) << notes[0];
+}
+
 TEST(Plan, Rfc3339) {
   double t = 0;
   ASSERT_TRUE(ParseRfc3339("1970-01-01T00:01:00Z", &t));
@@ -164,6 +226,16 @@ TEST(Plan, PolicyOverrides) {
   EXPECT_NE(s.message().find("unknown field 'min_runtime'"), std::string::npos) << s.ToString();
   s = PolicyFromJson(R"({"cooldown_s":"x"})", &p);
   EXPECT_NE(s.message().find("field 'cooldown_s'"), std::string::npos) << s.ToString();
+  // Ranges: fractions in [0, 1], times >= 0 (except the tolerable wait: < 0 = the victim's grace),
+  // counts >= 0.
+  for (const char* doc : {R"({"reserved_headroom":1.5})", R"({"low_guaranteed_share":-0.1})",
+                          R"({"min_runtime_s":-1})", R"({"cooldown_s":1e300})", R"({"defrag_max_moves":-1})",
+                          R"({"high_tolerable_wait_s":-1e300})"}) {
+    PolicyConfig q;
+    EXPECT_EQ(PolicyFromJson(doc, &q).code(), StatusCode::kInvalidArgument) << doc;
+  }
+  ASSERT_TRUE(PolicyFromJson(R"({"high_tolerable_wait_s":-1,"reserved_headroom":1})", &p).ok());
+  EXPECT_EQ(p.high_tolerable_wait_s, -1);
 }
 
 // The CLI end to end on small inputs: exit codes and the essential output.

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "support/test_util.h"
 
 namespace preempt::sched {
@@ -367,6 +369,15 @@ TEST(TraceCsv, RoundTripAndErrors) {
       {head + "# comment\na,0,urgent,q,1,100,600,0,0,1,5\n", "line 3: field 'class'"},
       {head + "a,0,low,q,0,100,600,0,0,1,5\n", "field 'gpus'"},
       {head + "a,-5,low,q,1,100,600,0,0,1,5\n", "field 'submit_s'"},
+      // Found by fuzz_sched: a job id twice made Decide() start the wrong job (node over capacity).
+      {head + "a,0,low,q,1,100,600,0,0,1,5\nb,0,low,q,1,100,600,0,0,1,5\na,9,high,q,1,100,600,0,0,1,5\n",
+       "line 4: field 'id': job 'a' already on line 2"},
+      {head + ",0,low,q,1,100,600,0,0,1,5\n", "field 'id': empty"},
+      {head + "a,0,low,q,1e300,100,600,0,0,1,5\n", "field 'gpus': must be a whole number"},
+      {head + "a,0,low,q,2.5,100,600,0,0,1,5\n", "field 'gpus': must be a whole number"},
+      {head + "a,0,low,q,1,nan,600,0,0,1,5\n", "field 'duration_s'"},
+      {head + "a,0,low,q,1,1e11,600,0,0,1,5\n", "field 'duration_s': larger than 1e10 s"},
+      {head + "a,0,low,q,1,100,0.001,0,0,1,5\n", "field 'ckpt_interval_s'"},
   };
   for (const auto& c : bad) {
     WriteFileOrDie(dir / "bad.csv", c.body);
@@ -375,6 +386,39 @@ TEST(TraceCsv, RoundTripAndErrors) {
     EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.ToString();
   }
   EXPECT_EQ(LoadTraceCsv(dir / "absent.csv", &back).code(), StatusCode::kNotFound);
+  Trace parsed;
+  ASSERT_TRUE(ParseTraceCsv(head + "a,0,low,q,1,100,0,0,0,1,5\n", "inline", &parsed).ok());
+  EXPECT_EQ(parsed.name, "inline");
+  EXPECT_EQ(parsed.jobs[0].ckpt_interval_s, 600);  // 0 = the default
+}
+
+// Traces built through the API are checked too: Simulate() refuses what it cannot mean.
+TEST(Simulator, RejectsInvalidTraces) {
+  Trace base = SyntheticTrace(Small(1));
+  auto expect_bad = [&](Trace t, const std::string& needle) {
+    SimResult r;
+    Status s = Simulate(t, PolicyConfig(), SimOptions(), &r);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.ToString();
+  };
+  Trace t = base;
+  t.jobs[3].id = t.jobs[1].id;
+  expect_bad(t, "job " + t.jobs[1].id + " twice");
+  t = base;
+  t.nodes.push_back(t.nodes[0]);
+  expect_bad(t, "node " + t.nodes[0].name + " twice");
+  t = base;
+  t.jobs[0].duration_s = std::nan("");
+  expect_bad(t, "job " + t.jobs[0].id + ": a time");
+  t = base;
+  t.jobs[0].ckpt_interval_s = 0;
+  expect_bad(t, "ckpt_interval_s");
+  t = base;
+  t.jobs[0].gpus = 0;
+  expect_bad(t, "gpus out of range");
+  t = base;
+  t.nodes.clear();
+  expect_bad(t, "no nodes");
 }
 
 TEST(AlibabaTrace, MappingOnAFixture) {

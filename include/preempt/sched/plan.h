@@ -25,9 +25,19 @@
 
 namespace preempt::sched {
 
+// Both reject, naming the file and the field: numbers that are not finite, GPU counts that are not
+// whole numbers in range, a node or job (pod) listed twice, and running jobs that would hold more
+// GPUs than their node has.
 Status LoadSnapshot(const std::string& path, ClusterState* out, std::vector<std::string>* notes);
 Status LoadK8sPodList(const std::string& path, int gpus_per_node, double now_unix, ClusterState* out,
                       std::vector<std::string>* notes);
+// The same from text; `origin` names the input in errors. hints_file paths are relative to
+// `base_dir`; with base_dir empty (or read_hints_files false) no hints file is read and the job's
+// hints stay unknown (noted).
+Status ParseSnapshot(const std::string& text, const std::string& origin, const std::string& base_dir,
+                     ClusterState* out, std::vector<std::string>* notes);
+Status ParseK8sPodList(const std::string& text, const std::string& origin, int gpus_per_node, double now_unix,
+                       bool read_hints_files, ClusterState* out, std::vector<std::string>* notes);
 
 // Human-readable ranked decisions: one line per action and per blocked high-priority job.
 std::string FormatDecisions(const ClusterState& state, const Decisions& d);

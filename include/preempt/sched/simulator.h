@@ -64,7 +64,11 @@ Trace SyntheticTrace(const SyntheticOptions& opt);
 // CSV trace format (header required, '#' lines ignored):
 //   id,submit_s,class,queue,gpus,duration_s,ckpt_interval_s,ckpt_drain_s,ckpt_stall_s,ckpt_persist_s,restore_s
 // plus node lines in a separate file or the `nodes` argument.
+// Every number must be finite and >= 0; gpus a whole number in [1, 65536]; times at most 1e10 s;
+// ckpt_interval_s 0 (= 600 s) or at least 1 s. Errors name the file, the line and the field.
 Status LoadTraceCsv(const std::string& path, Trace* out);
+// The same from text; `origin` names it in errors and becomes the trace's name.
+Status ParseTraceCsv(const std::string& text, const std::string& origin, Trace* out);
 Status WriteTraceCsv(const std::string& path, const Trace& trace);
 
 // The Alibaba GPU trace (cluster-trace-gpu-v2023 "openb"): pods.csv + gpu_nodes.csv in `dir`.
@@ -151,6 +155,10 @@ struct SimResult {
   std::vector<int> preemptions;
 };
 
+// kInvalidArgument (naming the trace and the job or node) for a trace no simulation can mean:
+// no nodes, a node or job id twice, GPU counts out of range, times negative, not finite or above
+// 1e10 s, a checkpoint interval under 1 s. Simulate() checks it first.
+Status ValidateTrace(const Trace& trace);
 Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions& opt, SimResult* out);
 
 // "fcfs" | "k8s" | "hint-norules" | "hint-ckpt" | "hint" | "hint-nodefrag" | "hint-refill" → preset
