@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -267,7 +268,10 @@ Status LoadRunSpec(const std::string& path, std::vector<RunJobSpec>* jobs, RunOp
   if (!in) return Status(StatusCode::kNotFound, "run spec " + path + ": cannot open");
   std::stringstream ss;
   ss << in.rdbuf();
-  std::string text = ss.str();
+  return ParseRunSpec(ss.str(), path, jobs, opt);
+}
+
+Status ParseRunSpec(const std::string& text, const std::string& path, std::vector<RunJobSpec>* jobs, RunOptions* opt) {
   rapidjson::Document doc;
   doc.Parse(text.c_str(), text.size());
   if (doc.HasParseError() || !doc.IsObject())
@@ -278,7 +282,11 @@ Status LoadRunSpec(const std::string& path, std::vector<RunJobSpec>* jobs, RunOp
     opt->slots = doc["slots"].GetInt();
   }
   if (doc.HasMember("work_dir") && doc["work_dir"].IsString()) opt->work_dir = doc["work_dir"].GetString();
-  if (doc.HasMember("timeout_s") && doc["timeout_s"].IsNumber()) opt->timeout_s = doc["timeout_s"].GetDouble();
+  if (doc.HasMember("timeout_s")) {
+    if (!doc["timeout_s"].IsNumber() || !(doc["timeout_s"].GetDouble() > 0 && doc["timeout_s"].GetDouble() <= 1e9))
+      return err("field 'timeout_s': expected seconds in (0, 1e9]");
+    opt->timeout_s = doc["timeout_s"].GetDouble();
+  }
   if (doc.HasMember("policy")) {
     rapidjson::StringBuffer sb;
     rapidjson::Writer<rapidjson::StringBuffer> w(sb);
@@ -286,20 +294,33 @@ Status LoadRunSpec(const std::string& path, std::vector<RunJobSpec>* jobs, RunOp
     PREEMPT_RETURN_IF_ERROR(PolicyFromJson(sb.GetString(), &opt->policy));
   }
   if (!doc.HasMember("jobs") || !doc["jobs"].IsArray()) return err("field 'jobs': expected an array");
+  std::set<std::string> ids;
+  auto seconds = [&](const rapidjson::Value& o, const char* key, double* out, const RunJobSpec& j) -> Status {
+    if (!o.HasMember(key)) return Status::OK();
+    if (!o[key].IsNumber() || !(o[key].GetDouble() >= 0 && o[key].GetDouble() <= 1e9))
+      return err("job " + j.id + ": field '" + key + "': expected seconds in [0, 1e9]");
+    *out = o[key].GetDouble();
+    return Status::OK();
+  };
   for (const auto& o : doc["jobs"].GetArray()) {
     RunJobSpec j;
     if (!o.IsObject() || !o.HasMember("id") || !o["id"].IsString()) return err("field 'jobs[].id': missing");
     j.id = o["id"].GetString();
-    if (j.id.empty() || j.id.find('/') != std::string::npos) return err("job id '" + j.id + "' must be a plain name");
+    if (j.id.empty() || j.id.find('/') != std::string::npos || j.id == "." || j.id == "..")
+      return err("job id '" + j.id + "' must be a plain name");
+    // Each job's hints and request files are named after its id.
+    if (!ids.insert(j.id).second) return err("job id '" + j.id + "' twice");
     if (o.HasMember("class") && (!o["class"].IsString() || !ParsePriorityClass(o["class"].GetString(), &j.cls)))
       return err("job " + j.id + ": field 'class': expected low|medium|high");
     if (o.HasMember("queue") && o["queue"].IsString()) j.queue = o["queue"].GetString();
     if (o.HasMember("gpus")) {
-      if (!o["gpus"].IsInt() || o["gpus"].GetInt() < 1) return err("job " + j.id + ": field 'gpus': expected >= 1");
+      if (!o["gpus"].IsInt() || o["gpus"].GetInt() < 1 || o["gpus"].GetInt() > opt->slots)
+        return err("job " + j.id + ": field 'gpus': expected an integer in [1, slots = " + std::to_string(opt->slots) +
+                   "]");
       j.gpus = o["gpus"].GetInt();
     }
-    if (o.HasMember("submit_after_s") && o["submit_after_s"].IsNumber()) j.submit_after_s = o["submit_after_s"].GetDouble();
-    if (o.HasMember("grace_s") && o["grace_s"].IsNumber()) j.grace_s = o["grace_s"].GetDouble();
+    PREEMPT_RETURN_IF_ERROR(seconds(o, "submit_after_s", &j.submit_after_s, j));
+    PREEMPT_RETURN_IF_ERROR(seconds(o, "grace_s", &j.grace_s, j));
     if (!o.HasMember("command") || !o["command"].IsArray() || o["command"].Empty())
       return err("job " + j.id + ": field 'command': expected a non-empty array of strings");
     for (const auto& a : o["command"].GetArray()) {

@@ -17,6 +17,7 @@
 #include "preempt/hints.h"
 #include "preempt/sched/plan.h"
 #include "preempt/sched/policy.h"
+#include "preempt/sched/runner.h"
 #include "preempt/sched/simulator.h"
 
 namespace {
@@ -70,6 +71,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 'h': mode = 2; break;
     case 'p': mode = 3; break;
     case 't': mode = 4; break;
+    case 'r': {
+      std::vector<RunJobSpec> jobs;
+      RunOptions opt;
+      if (ParseRunSpec(text, "fuzz.run.json", &jobs, &opt).ok()) {
+        for (const auto& j : jobs)
+          if (j.gpus < 1 || j.gpus > opt.slots || j.argv.empty()) Fail("run spec accepted a job it cannot run");
+      }
+      return 0;
+    }
     default: break;
   }
   switch (mode) {

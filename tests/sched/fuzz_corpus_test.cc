@@ -14,6 +14,7 @@
 
 #include "preempt/hints.h"
 #include "preempt/sched/plan.h"
+#include "preempt/sched/runner.h"
 #include "preempt/sched/simulator.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -61,6 +62,11 @@ TEST(SchedFuzzCorpus, SeedsAreAcceptedByTheirParsers) {
   s = ParseTraceCsv(Read("trace").substr(1), "trace", &t);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(t.jobs.size(), 5u);
+  std::vector<RunJobSpec> run;
+  RunOptions ro;
+  s = ParseRunSpec(Read("run").substr(1), "run", &run, &ro);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(run.size(), 2u);
 }
 
 TEST(SchedFuzzCorpus, EveryInputRunsClean) {

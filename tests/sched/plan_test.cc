@@ -2,6 +2,8 @@
 // policy overrides; and the decisions' formatting.
 #include "preempt/sched/plan.h"
 
+#include "preempt/sched/runner.h"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -193,6 +195,33 @@ TEST(Plan, SnapshotFromTextReadsNoHintsFileWithoutABaseDirectory) {
   EXPECT_FALSE(st.jobs[0].hints.has_value());
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_NE(notes[0].find("not read"), std::string::npos) << notes[0];
+}
+
+TEST(RunSpec, ErrorsNameTheField) {
+  const std::string job = R"("command":["true"])";
+  struct Case {
+    std::string doc;
+    std::string needle;
+  };
+  const Case cases[] = {
+      {"{", "invalid JSON"},
+      {R"({"slots":0,"jobs":[]})", "field 'slots'"},
+      {R"({"timeout_s":-1,"jobs":[]})", "field 'timeout_s'"},
+      {R"({"jobs":[{"id":"a",)" + job + R"(},{"id":"a",)" + job + "}]}", "job id 'a' twice"},
+      {R"({"jobs":[{"id":"..",)" + job + "}]}", "must be a plain name"},
+      {R"({"slots":2,"jobs":[{"id":"a","gpus":3,)" + job + "}]}", "job a: field 'gpus'"},
+      {R"({"jobs":[{"id":"a","grace_s":-5,)" + job + "}]}", "job a: field 'grace_s'"},
+      {R"({"jobs":[{"id":"a","submit_after_s":"soon",)" + job + "}]}", "job a: field 'submit_after_s'"},
+      {R"({"jobs":[{"id":"a","command":[]}]})", "job a: field 'command'"},
+      {R"({"policy":{"reserved_headroom":7},"jobs":[]})", "field 'reserved_headroom'"},
+  };
+  for (const auto& c : cases) {
+    std::vector<RunJobSpec> jobs;
+    RunOptions opt;
+    Status s = ParseRunSpec(c.doc, "spec.json", &jobs, &opt);
+    EXPECT_FALSE(s.ok()) << c.doc;
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.ToString();
+  }
 }
 
 TEST(Plan, Rfc3339) {

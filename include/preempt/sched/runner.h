@@ -57,5 +57,8 @@ Status RunJobs(const std::vector<RunJobSpec>& jobs, const RunOptions& opt, std::
 //              "command":["./trainer","--steps","100"]}]}
 // Policy keys: the PolicyConfig field names (numbers/booleans) and "kind" (fcfs|k8s|hint).
 Status LoadRunSpec(const std::string& path, std::vector<RunJobSpec>* jobs, RunOptions* opt);
+// The same from text; `origin` names it in errors.
+Status ParseRunSpec(const std::string& text, const std::string& origin, std::vector<RunJobSpec>* jobs,
+                    RunOptions* opt);
 
 }  // namespace preempt::sched
