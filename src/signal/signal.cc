@@ -113,8 +113,8 @@ bool ParseDoubleEnv(const char* name, double* out) {
   if (!v || !*v) return false;
   char* end = nullptr;
   double d = std::strtod(v, &end);
-  if (end == v || *end != '\0' || !(d >= 0)) {
-    PREEMPT_LOG_WARN("ignoring %s=\"%s\": not a non-negative number of seconds", name, v);
+  if (end == v || *end != '\0' || !(d >= 0 && d <= 1e9)) {
+    PREEMPT_LOG_WARN("ignoring %s=\"%s\": not a number of seconds in [0, 1e9]", name, v);
     return false;
   }
   *out = d;

@@ -59,6 +59,22 @@ TEST(Hints, RoundTripKeepsEveryField) {
   EXPECT_NEAR(out.checkpoint_s(), 5.3, 1e-9);
 }
 
+// Bit-exact: the default rapidjson number parser reads some written doubles back one unit in the
+// last place off (e.g. 26.993950415948042; found by fuzz_sched), so hints are parsed at full precision.
+TEST(Hints, RoundTripIsBitExact) {
+  Hints in = Sample();
+  in.cost.persist_s = 26.993950415948042;
+  in.cost.stall_s = 11.317408141314562;
+  in.lost_work_s = 39.252393092058476;
+  in.updated_unix = 1764679999.123456789;
+  Hints out;
+  ASSERT_TRUE(HintsFromJson(HintsToJson(in), "mem", &out).ok());
+  EXPECT_EQ(out.cost.persist_s, in.cost.persist_s);
+  EXPECT_EQ(out.cost.stall_s, in.cost.stall_s);
+  EXPECT_EQ(out.lost_work_s, in.lost_work_s);
+  EXPECT_EQ(out.updated_unix, in.updated_unix);
+}
+
 TEST(Hints, SchemaIsFirstAndNamed) {
   std::string j = HintsToJson(Sample());
   EXPECT_EQ(j.rfind("{\"schema\":\"preempt.hints/1\"", 0), 0u) << j;
@@ -103,6 +119,10 @@ TEST(Hints, InvalidDocumentsNameTheField) {
       {replace("\"lost_work_s\":70.0", "\"lost_work_s\":-3"), StatusCode::kCorruption, "field 'lost_work_s'"},
       {replace("\"gpus\":8", "\"gpus\":-8"), StatusCode::kCorruption, "field 'gpus'"},
       {replace("\"bytes\":123456789", "\"bytes\":-1"), StatusCode::kCorruption, "field 'cost.bytes'"},
+      {replace("\"lost_work_s\":70.0", "\"lost_work_s\":1.1e46"), StatusCode::kCorruption,
+       "field 'lost_work_s': more than 1e9 s"},
+      {replace("\"needed_s\":6.0", "\"needed_s\":-6"), StatusCode::kCorruption, "field 'grace.needed_s': negative"},
+      {replace("\"unix\":1764679900.5", "\"unix\":-1"), StatusCode::kCorruption, "field 'last_commit.unix'"},
   };
   for (const auto& c : cases) {
     Hints h;
