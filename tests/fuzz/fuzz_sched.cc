@@ -5,7 +5,10 @@
 // simulator's invariants holding. The first input byte picks the parser — 's' snapshot, 'k' pod
 // list, 'h' hints, 'p' policy, 't' trace (the seed files in tests/fuzz/corpus-sched start so), any
 // other byte by its value mod 5 — and the rest is the text. Hints must also round-trip through
-// HintsToJson unchanged.
+// HintsToJson unchanged. A `run` spec ('r') is only parsed (nothing is launched). 'd' builds a
+// cluster state straight from the bytes (any phases, holds, requests, hints, history — within
+// Decide()'s preconditions: unique ids, valid nodes, no node over-full) and checks the decisions of
+// every policy against rules that must always hold (CheckDecisions).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -46,6 +49,132 @@ void DecideAll(const ClusterState& st) {
   }
 }
 
+// Reads fuzz bytes as small numbers; past the end everything is 0.
+class Bytes {
+ public:
+  Bytes(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+  unsigned U8() { return i_ < n_ ? p_[i_++] : 0; }
+  unsigned Below(unsigned n) { return n ? U8() % n : 0; }
+  double Real(double scale) { return (U8() * 256 + U8()) / 65535.0 * scale; }
+  bool More() const { return i_ < n_; }
+
+ private:
+  const uint8_t* p_;
+  size_t n_, i_ = 0;
+};
+
+ClusterState StateFromBytes(Bytes& b) {
+  ClusterState st;
+  st.now = 1e6;
+  const int nodes = 1 + static_cast<int>(b.Below(6));
+  for (int n = 0; n < nodes; ++n) st.nodes.push_back({"n" + std::to_string(n), 1 + static_cast<int>(b.Below(8))});
+  std::vector<int> used(nodes, 0);  // placed GPUs + holds of moved jobs
+  const int count = static_cast<int>(b.Below(24));
+  for (int i = 0; i < count && b.More(); ++i) {
+    Job j;
+    j.id = "j" + std::to_string(i);
+    j.cls = static_cast<PriorityClass>(b.Below(3));
+    j.queue = "q" + std::to_string(b.Below(3));
+    j.gpus = 1 + static_cast<int>(b.Below(8));
+    j.submit_time = st.now - b.Real(1e5);
+    j.phase = static_cast<JobPhase>(b.Below(4));
+    if (j.phase != JobPhase::kPending) {
+      j.node = static_cast<int>(b.Below(nodes));
+      if (used[j.node] + j.gpus > st.nodes[j.node].gpus) {
+        j.phase = JobPhase::kPending;
+        j.node = -1;
+      } else {
+        used[j.node] += j.gpus;
+        j.start_time = st.now - b.Real(2e4);
+      }
+    }
+    const unsigned flags = b.U8();
+    if (flags & 1) j.last_preempted = st.now - b.Real(2e3);
+    if (flags & 2) j.last_moved = st.now - b.Real(2e3);
+    if ((flags & 4) && j.phase != JobPhase::kRunning) {  // being moved / moved: holds GPUs on move_to
+      int to = static_cast<int>(b.Below(nodes));
+      if (used[to] + j.gpus <= st.nodes[to].gpus) {
+        j.move_to = to;
+        used[to] += j.gpus;
+      }
+    }
+    if (flags & 8) j.restore_s = b.Real(300);
+    if (j.phase == JobPhase::kCheckpointing || j.phase == JobPhase::kEvicting) {
+      j.request_id = 1 + b.Below(3);
+      j.request_time = st.now - b.Real(600);
+      if (i > 0 && (flags & 16)) j.preemptor = "j" + std::to_string(b.Below(i));
+    }
+    if (flags & 32) {
+      Hints h;
+      h.job = j.id;
+      h.updated_unix = st.now - b.Real(600);
+      h.state = static_cast<JobState>(b.Below(4));
+      h.lost_work_s = b.Real(4000);
+      h.cost.drain_s = b.Real(2);
+      h.cost.stall_s = b.Real(20);
+      h.cost.persist_s = b.Real(400);
+      if (flags & 64) h.cost = Hints::Cost{};  // all-zero costs: not measured yet
+      h.grace.granted_s = b.Real(120);
+      h.grace.needed_s = b.Real(200);
+      h.request_ack = b.Below(4);
+      h.gpus = j.gpus;
+      j.hints = h;
+    }
+    st.jobs.push_back(std::move(j));
+  }
+  for (int k = static_cast<int>(b.Below(4)); k > 0; --k)
+    st.history.push_back({st.now - b.Real(7200), "q" + std::to_string(b.Below(3)), b.Real(2)});
+  return st;
+}
+
+// Rules every policy's decisions keep: actions name existing jobs and nodes, each job at most once;
+// starts only pending jobs, never beyond a node's GPUs (placed jobs and holds of moved jobs count);
+// victims are placed on the node named, a checkpoint request goes only to a running job, a running
+// victim taken for a pending job is of a lower class (or is a move: high for high, to another node); FCFS
+// preempts no running job.
+void CheckDecisions(const ClusterState& st, const PolicyConfig& p, const Decisions& d, const char* name) {
+  const int nn = static_cast<int>(st.nodes.size()), nj = static_cast<int>(st.jobs.size());
+  auto fail = [&](const std::string& m) { Fail(std::string(name) + ": " + m + "\n" + FormatDecisions(st, d)); };
+  std::vector<int> used(nn, 0);
+  for (const Job& j : st.jobs) {
+    if (j.phase != JobPhase::kPending && j.node >= 0) used[j.node] += j.gpus;
+    if (j.move_to >= 0 && j.phase != JobPhase::kRunning) used[j.move_to] += j.gpus;
+  }
+  std::vector<char> seen(nj, 0);
+  for (const Action& a : d.actions) {
+    if (a.job_index < 0 || a.job_index >= nj || st.jobs[a.job_index].id != a.job) fail("action names no job");
+    if (seen[a.job_index]++) fail("job " + a.job + " in two actions");
+    if (a.node < 0 || a.node >= nn || a.to_node >= nn) fail("action names a node out of range");
+    const Job& j = st.jobs[a.job_index];
+    if (a.kind == ActionKind::kStart) {
+      if (j.phase != JobPhase::kPending) fail("start of non-pending job " + j.id);
+      if (j.move_to == a.node) used[a.node] -= j.gpus;  // its own hold
+      used[a.node] += j.gpus;
+      continue;
+    }
+    // (Every policy finishes checkpoint requests already made: evicts once committed or late.)
+    if (p.kind == PolicyKind::kFcfs && j.phase == JobPhase::kRunning) fail("fcfs preempted " + j.id);
+    if (j.phase == JobPhase::kPending || j.node != a.node) fail("victim " + j.id + " is not placed on its node");
+    if (a.kind == ActionKind::kRequestCheckpoint && j.phase != JobPhase::kRunning)
+      fail("checkpoint request to " + j.id + ", which is not running");
+    if (j.phase != JobPhase::kRunning) continue;  // finishing an earlier request: chosen before
+    if (a.for_index >= 0) {
+      if (a.for_index >= nj) fail("preemptor out of range");
+      const Job& f = st.jobs[a.for_index];
+      if (a.to_node >= 0) {
+        if (j.cls != PriorityClass::kHigh || f.cls != PriorityClass::kHigh || a.to_node == a.node)
+          fail("bad move of " + j.id);
+      } else if (f.phase == JobPhase::kPending && j.cls >= f.cls) {
+        fail("victim " + j.id + " is not of a lower class than " + f.id);
+      }
+    } else if (j.cls == PriorityClass::kHigh) {
+      fail("high job " + j.id + " evicted for nobody");
+    }
+  }
+  for (int n = 0; n < nn; ++n)
+    if (used[n] > st.nodes[n].gpus) fail("node " + st.nodes[n].name + " over-full after starts");
+}
+
 void SameHints(const Hints& a, const Hints& b) {
   auto same = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
   if (a.job != b.job || a.state != b.state || a.step != b.step || !same(a.updated_unix, b.updated_unix) ||
@@ -71,6 +200,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 'h': mode = 2; break;
     case 'p': mode = 3; break;
     case 't': mode = 4; break;
+    case 'd': {
+      Bytes b(data + 1, size - 1);
+      ClusterState st = StateFromBytes(b);
+      for (const char* name : {"fcfs", "k8s", "hint-norules", "hint", "hint-nodefrag", "hint-refill"}) {
+        PolicyConfig p;
+        PolicyByName(name, &p);
+        Decisions d = Decide(st, p);
+        CheckDecisions(st, p, d, name);
+        (void)FormatDecisions(st, d);
+        (void)DecisionsToJson(st, d);
+      }
+      return 0;
+    }
     case 'r': {
       std::vector<RunJobSpec> jobs;
       RunOptions opt;
