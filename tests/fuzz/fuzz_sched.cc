@@ -5,7 +5,7 @@
 // simulator's invariants holding. The first input byte picks the parser — 's' snapshot, 'k' pod
 // list, 'h' hints, 'p' policy, 't' trace (the seed files in tests/fuzz/corpus-sched start so), any
 // other byte by its value mod 5 — and the rest is the text. Hints must also round-trip through
-// HintsToJson unchanged. A `run` spec ('r') is only parsed (nothing is launched). 'd' builds a
+// HintsToJson unchanged, and so must checkpoint requests ('q'). A `run` spec ('r') is only parsed (nothing is launched). 'd' builds a
 // cluster state straight from the bytes (any phases, holds, requests, hints, history — within
 // Decide()'s preconditions: unique ids, valid nodes, no node over-full) and checks the decisions of
 // every policy against rules that must always hold (CheckDecisions).
@@ -200,6 +200,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 'h': mode = 2; break;
     case 'p': mode = 3; break;
     case 't': mode = 4; break;
+    case 'q': {  // checkpoint request file (written by the scheduler, read by the runtime)
+      CheckpointRequest r;
+      if (!RequestFromJson(text, "fuzz.request", &r).ok()) return 0;
+      CheckpointRequest back;
+      Status s = RequestFromJson(RequestToJson(r), "fuzz.request (rewritten)", &back);
+      if (!s.ok()) Fail("accepted request does not parse after RequestToJson: " + s.ToString());
+      if (back.id != r.id || back.action != r.action)
+        Fail("request changed in a RequestToJson round trip");
+      return 0;
+    }
     case 'd': {
       Bytes b(data + 1, size - 1);
       ClusterState st = StateFromBytes(b);

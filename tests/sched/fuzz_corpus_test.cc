@@ -62,6 +62,10 @@ TEST(SchedFuzzCorpus, SeedsAreAcceptedByTheirParsers) {
   s = ParseTraceCsv(Read("trace").substr(1), "trace", &t);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(t.jobs.size(), 5u);
+  CheckpointRequest q;
+  s = RequestFromJson(Read("request").substr(1), "request", &q);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(q.id, 7);
   std::vector<RunJobSpec> run;
   RunOptions ro;
   s = ParseRunSpec(Read("run").substr(1), "run", &run, &ro);
