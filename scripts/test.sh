@@ -47,9 +47,10 @@ if [ -z "${SKIP_FUZZ:-}" ]; then
   cmake --build build-fuzz -j"$JOBS" --target fuzz_manifest fuzz_sched
   for target in fuzz_manifest:corpus fuzz_sched:corpus-sched; do
     corpus=$(mktemp -d)
+    echo "-- ${target%%:*} (seeds: tests/fuzz/${target#*:})"
     cp "tests/fuzz/${target#*:}"/* "$corpus"/
     (cd build-fuzz && ./tests/fuzz/"${target%%:*}" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=1024 \
-        -max_len=65536 -timeout=20 -print_final_stats=1 "$corpus" 2>&1 | tail -n 4)
+        -max_len=65536 -timeout=20 -print_final_stats=1 "$corpus" 2>&1 | tail -n 5)
     rm -rf "$corpus"
   done
 fi
