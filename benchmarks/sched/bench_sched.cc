@@ -1,7 +1,8 @@
 // Scheduler benchmark: the same traces under every policy in one run (lost GPU-hours, high-priority
 // waits, thrash cycles, utilization), plus Decide() latency for 10,000 jobs on 1,000 nodes.
 //
-//   bench_sched [--alibaba DIR] [--alibaba-overloads X,Y,...] [--jobs N] [--seeds N] [--reps N] [--quick]
+//   bench_sched [--alibaba DIR] [--alibaba-overloads X,Y,...] [--jobs N] [--seeds N] [--sweep-seeds N]
+//               [--reps N] [--quick]
 //               [--csv OUT.csv] [--json OUT.json] [--png OUT.png]
 //               [--grace S] [--naive] [--policies a,b,...]
 //
@@ -13,7 +14,8 @@
 // --alibaba defaults to ../shared/traces/alibaba-gpu-2023 relative to the repository root; when it
 // is absent that part is skipped with a note. --png renders the CSV with
 // benchmarks/sched/plot_sched.py (/usr/bin/python3 + matplotlib). --quick: 500 synthetic jobs and
-// 10 latency repetitions (the Alibaba trace still runs: ~5 s). The JSON (for benchmarks/run.sh)
+// 10 latency repetitions and a 5-seed sweep (the Alibaba trace still runs: ~5 s). --sweep-seeds N
+// (default 20, 0 = off): the four targets checked on synthetic seeds 1..N, one line per policy. The JSON (for benchmarks/run.sh)
 // holds every metric per trace and policy, the decision latency, and a "targets" list.
 #include <sys/stat.h>
 #include <time.h>
@@ -262,6 +264,89 @@ Latency MeasureDecide(const PolicyConfig& p, int reps, bool fragmented = false) 
   return l;
 }
 
+// The four targets for `policy` on synthetic seeds 1..n (the tables above show 3 seeds in
+// full; this checks that what they show holds over many). One line per policy and grace setting;
+// returns harness "targets" entries (pass = met on every seed).
+std::vector<std::string> SeedSweep(int n, int jobs, const std::vector<double>& graces, std::string* json) {
+  std::vector<std::string> out;
+  printf("\n== synthetic seeds 1..%d (%d jobs each): on how many seeds each target is met\n", n, jobs);
+  printf("  %-14s %-11s %-22s %-26s %-22s %s\n", "policy", "grace", "lost >= 50% below k8s", "high p95 <= k8s",
+         "high mean >= 5x fcfs", "thrash 0");
+  *json += ",\"seed_sweep\":{\"seeds\":" + std::to_string(n) + ",\"rows\":[";
+  bool first = true;
+  for (double grace : graces) {
+    SimOptions so = g_sim;
+    so.grace_period_s = grace;
+    std::vector<SimMetrics> k8s(n + 1), fcfs(n + 1);
+    std::vector<Trace> traces(n + 1);
+    for (int s = 1; s <= n; ++s) {
+      SyntheticOptions o;
+      o.seed = static_cast<uint64_t>(s);
+      o.jobs = jobs;
+      traces[s] = SyntheticTrace(o);
+      SimResult r;
+      if (Simulate(traces[s], KubernetesPolicy(), so, &r).ok()) k8s[s] = r.metrics;
+      if (Simulate(traces[s], FcfsPolicy(), so, &r).ok()) fcfs[s] = r.metrics;
+    }
+    // "hint-waitsaves": hint that waits for every slow saver (high_tolerable_wait_s = 0, the
+    // previous default), for comparison.
+    for (const char* name : {"hint", "hint-nodefrag", "hint-waitsaves"}) {
+      PolicyConfig p;
+      if (std::string(name) == "hint-waitsaves") {
+        p.high_tolerable_wait_s = 0;
+      } else {
+        PolicyByName(name, &p);
+      }
+      int met[4] = {};
+      double min_red = 1e9, worst_p95 = -1e9, min_speed = 1e9;
+      int max_thrash = 0;
+      for (int s = 1; s <= n; ++s) {
+        SimResult r;
+        if (!Simulate(traces[s], p, so, &r).ok()) continue;
+        const SimMetrics &h = r.metrics, &k = k8s[s], &f = fcfs[s];
+        double red = k.lost_gpu_hours > 0 ? 1 - h.lost_gpu_hours / k.lost_gpu_hours : 0;
+        double speed = h.high_wait_mean_s > 0 ? f.high_wait_mean_s / h.high_wait_mean_s : 1e9;
+        met[0] += red >= 0.5;
+        met[1] += h.high_wait_p95_s <= k.high_wait_p95_s + 1e-9;
+        met[2] += speed >= 5;
+        met[3] += h.thrash_cycles == 0;
+        min_red = std::min(min_red, red);
+        worst_p95 = std::max(worst_p95, h.high_wait_p95_s - k.high_wait_p95_s);
+        min_speed = std::min(min_speed, speed);
+        max_thrash = std::max(max_thrash, h.thrash_cycles);
+      }
+      const std::string g = grace > 0 ? "grace" + std::to_string(static_cast<int>(grace)) : "grace-sized";
+      char c0[64], c1[64], c2[64], c3[64];
+      snprintf(c0, sizeof c0, "%d/%d (min %.0f%%)", met[0], n, 100 * min_red);
+      snprintf(c1, sizeof c1, "%d/%d (worst %+.1f s)", met[1], n, worst_p95);
+      snprintf(c2, sizeof c2, "%d/%d (min %.0fx)", met[2], n, min_speed);
+      snprintf(c3, sizeof c3, "%d/%d (max %d)", met[3], n, max_thrash);
+      printf("  %-14s %-11s %-22s %-26s %-22s %s\n", name, g.c_str(), c0, c1, c2, c3);
+      char row[512];
+      snprintf(row, sizeof row,
+               "%s{\"policy\":\"%s\",\"grace\":\"%s\",\"lost_met\":%d,\"min_lost_reduction\":%.4f,\"p95_met\":%d,"
+               "\"worst_p95_minus_k8s_s\":%.2f,\"mean_met\":%d,\"min_mean_speedup\":%.1f,\"thrash_met\":%d}",
+               first ? "" : ",", name, g.c_str(), met[0], min_red, met[1], worst_p95, met[2], min_speed, met[3]);
+      *json += row;
+      first = false;
+      if (std::string(name) == "hint") {
+        const char* what[4] = {"lost GPU-hours >= 50% below k8s", "high p95 wait <= k8s", "high mean wait >= 5x below fcfs",
+                               "zero thrash"};
+        for (int t = 0; t < 4; ++t) {
+          char item[320];
+          snprintf(item, sizeof item,
+                   "{\"name\":\"synthetic seeds 1-%d %s hint: %s, seeds met\",\"value\":%d,\"target\":\"== %d\","
+                   "\"pass\":%s}",
+                   n, g.c_str(), what[t], met[t], n, met[t] == n ? "true" : "false");
+          out.push_back(item);
+        }
+      }
+    }
+  }
+  *json += "]}";
+  return out;
+}
+
 }  // namespace
 
 #ifndef PREEMPT_SOURCE_DIR
@@ -271,7 +356,7 @@ Latency MeasureDecide(const PolicyConfig& p, int reps, bool fragmented = false) 
 int main(int argc, char** argv) {
   const std::string repo = PREEMPT_SOURCE_DIR;
   std::string alibaba = repo + "/../shared/traces/alibaba-gpu-2023", csv_path, json_path, png_path;
-  int jobs = 2000, seeds = 1, reps = 50;
+  int jobs = 2000, seeds = 1, reps = 50, sweep_seeds = 20;
   // Alibaba cluster sizes: 1.3 -> 7 nodes, 1.5 -> 6, 2.0 -> 5, 2.2 -> 4 (peak demand 70 GPUs).
   std::vector<double> overloads = {1.3, 1.5, 2.0, 2.2};
   bool grace_set = false;
@@ -322,6 +407,7 @@ int main(int argc, char** argv) {
     }
     else if (a == "--jobs") jobs = std::atoi(next().c_str());
     else if (a == "--seeds") seeds = std::atoi(next().c_str());
+    else if (a == "--sweep-seeds") sweep_seeds = std::max(0, std::atoi(next().c_str()));
     else if (a == "--reps") reps = std::max(1, std::atoi(next().c_str()));
     else if (a == "--csv") csv_path = next();
     else if (a == "--json") json_path = next();
@@ -329,9 +415,10 @@ int main(int argc, char** argv) {
     else if (a == "--quick") {
       jobs = 500;
       reps = 10;
+      sweep_seeds = 5;
     }
     else {
-      fprintf(stderr, "usage: bench_sched [--alibaba DIR] [--alibaba-overloads X,Y] [--jobs N] [--seeds N] [--reps N] [--quick] [--csv F] [--json F] "
+      fprintf(stderr, "usage: bench_sched [--alibaba DIR] [--alibaba-overloads X,Y] [--jobs N] [--seeds N] [--sweep-seeds N] [--reps N] [--quick] [--csv F] [--json F] "
                       "[--png F] [--grace S] [--naive] [--policies a,b]\n");
       return 2;
     }
@@ -408,6 +495,14 @@ int main(int argc, char** argv) {
         targets.push_back(Targets(runs[i], name));
   }
   json << "}";
+
+  if (sweep_seeds > 0) {
+    std::string sweep_json;
+    for (auto& t : SeedSweep(sweep_seeds, jobs, graces, &sweep_json)) targets.push_back(t);
+    json << sweep_json;
+  } else {
+    json << ",\"seed_sweep\":null";
+  }
 
   printf("\n== Decide() latency, 10,000 jobs on 1,000 nodes x 8 GPUs (%d reps)\n", reps);
   json << ",\"decision_latency\":{";

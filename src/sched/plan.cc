@@ -144,6 +144,7 @@ Status PolicyFromJson(const std::string& json, PolicyConfig* c) {
       {"wait_alert_s", &c->wait_alert_s},
       {"kill_now_max_lost_s", &c->kill_now_max_lost_s},
       {"high_tolerable_wait_s", &c->high_tolerable_wait_s},
+      {"tolerable_kill_max_lost_s", &c->tolerable_kill_max_lost_s},
       {"high_min_runtime_override_s", &c->high_min_runtime_override_s},
       {"nonhigh_preempt_delay_s", &c->nonhigh_preempt_delay_s},
       {"defrag_min_wait_s", &c->defrag_min_wait_s},

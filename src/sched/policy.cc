@@ -77,7 +77,8 @@ VictimCost CostOf(const Job& v, double now, const PolicyConfig& c, bool for_high
     bool sig_ok = c.sigterm_save && h.grace.granted_s > 0 && needed <= h.grace.granted_s;
     bool ckpt_ok = c.checkpoint_then_evict && save_wait <= c.checkpoint_deadline_s;
     double tolerable = TolerableWait(v, c);
-    bool too_slow = for_high && tolerable > 0 && save_wait > tolerable;
+    bool too_slow = for_high && tolerable > 0 && save_wait > tolerable &&
+                    (c.tolerable_kill_max_lost_s <= 0 || lost <= c.tolerable_kill_max_lost_s);
     if (too_slow) sig_ok = ckpt_ok = false;
     if (for_high && c.kill_now_max_lost_s > 0 && lost <= c.kill_now_max_lost_s) {
       out.mode = Mode::kKillSmall;

@@ -263,8 +263,10 @@ TEST(Plan, PolicyOverrides) {
     PolicyConfig q;
     EXPECT_EQ(PolicyFromJson(doc, &q).code(), StatusCode::kInvalidArgument) << doc;
   }
-  ASSERT_TRUE(PolicyFromJson(R"({"high_tolerable_wait_s":-1,"reserved_headroom":1})", &p).ok());
+  ASSERT_TRUE(PolicyFromJson(R"({"high_tolerable_wait_s":-1,"reserved_headroom":1,"tolerable_kill_max_lost_s":0})",
+                             &p).ok());
   EXPECT_EQ(p.high_tolerable_wait_s, -1);
+  EXPECT_EQ(p.tolerable_kill_max_lost_s, 0);
 }
 
 // The CLI end to end on small inputs: exit codes and the essential output.

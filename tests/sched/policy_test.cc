@@ -648,6 +648,7 @@ TEST(Policy, VictimEvictionModeTable) {
     const char* reason;
     bool unmeasured = false;  // hints carry no checkpoint cost (all zero: never measured)
     bool kill_when_cheaper = true;
+    double kill_max_lost_s = 0;  // tolerable_kill_max_lost_s (0 = no limit)
   } cases[] = {
       {"save fits grace: SIGTERM", 900, 30, 2, true, 120, -1, H, ActionKind::kEvict, -1, "saves within its 30 s grace"},
       {"sigterm_save off: checkpoint first", 900, 30, 2, false, 120, -1, H, ActionKind::kRequestCheckpoint, -1,
@@ -660,6 +661,10 @@ TEST(Policy, VictimEvictionModeTable) {
       {"save slower than its grace: kill", 900, 10, 20, true, 120, -1, H, ActionKind::kEvict, 0,
        "would outlast the 10 s tolerable wait (its grace period)"},
       {"fixed tolerable wait", 900, 60, 20, true, 120, 15, H, ActionKind::kEvict, 0, "would outlast the 15 s"},
+      {"too slow, but 900 s uncommitted > 600 s limit: checkpoint first", 900, 10, 20, true, 120, -1, H,
+       ActionKind::kRequestCheckpoint, -1, "checkpoint first", false, true, 600},
+      {"too slow, 500 s uncommitted <= 600 s limit: kill", 500, 10, 20, true, 120, -1, H, ActionKind::kEvict, 0,
+       "would outlast the 10 s tolerable wait (its grace period); 500 s uncommitted", false, true, 600},
       {"tolerable wait off: checkpoint first", 900, 10, 20, true, 120, 0, H, ActionKind::kRequestCheckpoint, -1,
        "checkpoint first"},
       {"medium preemptor waits for the save", 900, 10, 20, true, 120, -1, M, ActionKind::kRequestCheckpoint, -1,
@@ -688,6 +693,7 @@ TEST(Policy, VictimEvictionModeTable) {
     p.sigterm_save = c.sigterm_save;
     p.kill_now_max_lost_s = c.kill_now_max_lost_s;
     p.high_tolerable_wait_s = c.tolerable_s;
+    p.tolerable_kill_max_lost_s = c.kill_max_lost_s;
     Decisions d = Decide(b.st, p);
     ASSERT_EQ(d.actions.size(), 1u) << c.name << "\n" << Dump(d);
     EXPECT_EQ(d.actions[0].kind, c.kind) << c.name << "\n" << Dump(d);

@@ -56,14 +56,18 @@ struct PolicyConfig {
   // save does (for operators who want each eviction graceful).
   bool kill_when_cheaper = true;
   // The longest a high-priority job should wait for one victim's save: a victim whose save
-  // (drain + stall + persist) takes longer is killed at once instead, and the victim search
-  // prefers nodes whose victims save in time (the cost counts the lost work). < 0: the victim's
-  // own grace period (hints grace.granted_s), i.e. never longer than Kubernetes would make the
-  // preemptor wait for that victim; 0 (default) = off: a slow saver checkpoints first (up to
-  // checkpoint_deadline_s) and the node choice charges the preemptor's wait at its GPU count.
-  // (Off since the benchmark showed killing slow savers at a 30 s grace cost 2-4x the lost work
-  // on the Alibaba trace while waiting for them left the p95 wait no worse than Kubernetes.)
-  double high_tolerable_wait_s = 0;
+  // (drain + stall + persist) takes longer is killed at once instead (see the limit below), and
+  // the victim search prefers nodes whose victims save in time (the cost counts the lost work).
+  // < 0 (default): the victim's own grace period (hints grace.granted_s), i.e. never longer than
+  // Kubernetes would make the preemptor wait for that victim; 0 = off: a slow saver checkpoints
+  // first (up to checkpoint_deadline_s) and the node choice charges the preemptor's wait at its
+  // GPU count.
+  double high_tolerable_wait_s = -1;
+  // ... but a too-slow saver with more than this many seconds of uncommitted work saves anyway
+  // (checkpoint first) and the preemptor waits: killing it would throw that work away. 0 = no
+  // limit. (Both defaults were chosen on the benchmark over 50 synthetic seeds and the Alibaba
+  // trace: docs/sched.md §4.)
+  double tolerable_kill_max_lost_s = 600;
   double checkpoint_deadline_s = 300;  // evict anyway when the commit has not shown up by then
   bool kill_after_commit = true;       // once the requested commit is durable, kill at once (no second save on SIGTERM)
   double min_runtime_s = 300;          // not a victim before running this long since it resumed from its last commit
