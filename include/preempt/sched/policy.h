@@ -238,6 +238,10 @@ struct Decisions {
   double recheck_at = std::numeric_limits<double>::infinity();
 };
 
+// Preconditions (what the snapshot and pod-list parsers and the simulator guarantee): job ids are
+// unique; a placed job's node and a moved job's move_to index `nodes`; no node holds more GPUs
+// than it has (placed jobs plus the holds of moved jobs); times are finite. tests/fuzz/fuzz_sched.cc
+// checks the decisions on arbitrary states within them.
 Decisions Decide(const ClusterState& state, const PolicyConfig& config);
 
 // Presets: the baselines with every hint-aware rule off.
