@@ -169,11 +169,13 @@ Status PolicyFromJson(const std::string& json, PolicyConfig* c) {
        : k == "sigterm_save"        ? c->sigterm_save
        : k == "kill_after_commit"   ? c->kill_after_commit
                                     : c->kill_when_cheaper) = v.GetBool();
-    } else if (k == "budget_max_preemptions" || k == "max_preemptors_per_pass" || k == "defrag_max_moves") {
+    } else if (k == "budget_max_preemptions" || k == "max_preemptors_per_pass" || k == "defrag_max_moves" ||
+               k == "tolerable_wait_min_gpus") {
       if (!v.IsInt() || v.GetInt() < 0 || v.GetInt() > 1000000) return bad("an integer in [0, 1000000]");
       (k == "budget_max_preemptions"    ? c->budget_max_preemptions
        : k == "max_preemptors_per_pass" ? c->max_preemptors_per_pass
-                                        : c->defrag_max_moves) = v.GetInt();
+       : k == "defrag_max_moves"        ? c->defrag_max_moves
+                                        : c->tolerable_wait_min_gpus) = v.GetInt();
     } else if (k == "priority_value" || k == "preempts_lower") {
       if (!v.IsArray() || v.Size() != kNumClasses) return bad("an array [low, medium, high]");
       for (int i = 0; i < kNumClasses; ++i) {

@@ -427,12 +427,22 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
   // Per running job, computed once: uncommitted work and the cost of preempting it.
   std::vector<double> lostw(jobs.size(), 0);
   std::vector<VictimCost> vcost(jobs.size()), vcost_high(jobs.size());
+  // High preemptors of fewer than tolerable_wait_min_gpus GPUs wait for slow savers: their own
+  // victim costs, without the tolerable-wait kills.
+  const bool split_high = hint && cfg.tolerable_wait_min_gpus > 1 && cfg.high_tolerable_wait_s != 0;
+  std::vector<VictimCost> vcost_high_small(split_high ? jobs.size() : 0);
+  PolicyConfig cfg_small = cfg;
+  cfg_small.high_tolerable_wait_s = 0;
+  auto high_costs = [&](int gpus) -> const std::vector<VictimCost>& {
+    return split_high && gpus < cfg.tolerable_wait_min_gpus ? vcost_high_small : vcost_high;
+  };
   for (int node = 0; node < n_nodes; ++node) {
     for (int vi : running_on[node]) {
       lostw[vi] = EstimatedLostWork(jobs[vi], now, cfg);
       if (cfg.kind != PolicyKind::kFcfs) {
         vcost[vi] = CostOf(jobs[vi], now, cfg, false);
         vcost_high[vi] = CostOf(jobs[vi], now, cfg, true);
+        if (split_high) vcost_high_small[vi] = CostOf(jobs[vi], now, cfg_small, true);
       }
     }
   }
@@ -468,7 +478,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       std::vector<VictimCost> cand_cost;
       int cand_gpus = 0;
       const bool ovr = overrides_min_runtime(j);
-      const std::vector<VictimCost>& costs = j.cls == PriorityClass::kHigh ? vcost_high : vcost;
+      const std::vector<VictimCost>& costs = j.cls == PriorityClass::kHigh ? high_costs(j.gpus) : vcost;
       for (int vi : running_on[node]) {
         const Job& v = jobs[vi];
         if (chosen[vi] || static_cast<int>(v.cls) >= cls) continue;
@@ -611,7 +621,8 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       out_v.push_back(vi);
     }
     std::sort(out_v.begin(), out_v.end(), [&](int a, int b) {
-      double ca = vcost_high[a].lost_gpu_s / jobs[a].gpus, cb = vcost_high[b].lost_gpu_s / jobs[b].gpus;
+      const std::vector<VictimCost>& hc = high_costs(j.gpus);
+      double ca = hc[a].lost_gpu_s / jobs[a].gpus, cb = hc[b].lost_gpu_s / jobs[b].gpus;
       if (jobs[a].cls != jobs[b].cls) return jobs[a].cls < jobs[b].cls;
       if (ca != cb) return ca < cb;
       return jobs[a].id < jobs[b].id;
@@ -666,7 +677,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     for (int pos : TakeUntilFreed(order_gpus, need)) {
       const int vi = order[pos];
       const bool moved = pos >= static_cast<int>(low.size());
-      const VictimCost& vc = moved ? vcost[vi] : vcost_high[vi];
+      const VictimCost& vc = moved ? vcost[vi] : high_costs(j.gpus)[vi];
       moves += moved;
       c.steps.push_back({vi, node, -1, moved ? -2 : -1, vc});
       c.bound += vc.lost_gpu_s;
@@ -776,7 +787,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
                 for (int vi : lower_victims(node, jobs[mv->vi])) {
                   if (need_m <= 0) break;
                   d.victims.push_back(vi);
-                  d.cost += vcost_high[vi].lost_gpu_s;
+                  d.cost += high_costs(g)[vi].lost_gpu_s;
                   need_m -= jobs[vi].gpus;
                 }
               }
@@ -804,8 +815,8 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
         mv->to_node = dest;
         used_free[dest] += std::min(g, std::max(0, free[dest]));  // (also marks dest as used)
         for (int vi : *dest_victims) {
-          steps.push_back({vi, dest, mv->vi, -1, vcost_high[vi]});
-          cost += vcost_high[vi].lost_gpu_s;
+          steps.push_back({vi, dest, mv->vi, -1, high_costs(g)[vi]});
+          cost += high_costs(g)[vi].lost_gpu_s;
         }
       }
       if (!ok || cost >= best_cost) continue;

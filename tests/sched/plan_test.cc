@@ -267,6 +267,8 @@ TEST(Plan, PolicyOverrides) {
                              &p).ok());
   EXPECT_EQ(p.high_tolerable_wait_s, -1);
   EXPECT_EQ(p.tolerable_kill_max_lost_s, 0);
+  ASSERT_TRUE(PolicyFromJson(R"({"tolerable_wait_min_gpus":1})", &p).ok());
+  EXPECT_EQ(p.tolerable_wait_min_gpus, 1);
 }
 
 // The CLI end to end on small inputs: exit codes and the essential output.

@@ -649,6 +649,7 @@ TEST(Policy, VictimEvictionModeTable) {
     bool unmeasured = false;  // hints carry no checkpoint cost (all zero: never measured)
     bool kill_when_cheaper = true;
     double kill_max_lost_s = 0;  // tolerable_kill_max_lost_s (0 = no limit)
+    int min_gpus = 1;            // tolerable_wait_min_gpus (the preemptor here has 1 GPU)
   } cases[] = {
       {"save fits grace: SIGTERM", 900, 30, 2, true, 120, -1, H, ActionKind::kEvict, -1, "saves within its 30 s grace"},
       {"sigterm_save off: checkpoint first", 900, 30, 2, false, 120, -1, H, ActionKind::kRequestCheckpoint, -1,
@@ -665,6 +666,8 @@ TEST(Policy, VictimEvictionModeTable) {
        ActionKind::kRequestCheckpoint, -1, "checkpoint first", false, true, 600},
       {"too slow, 500 s uncommitted <= 600 s limit: kill", 500, 10, 20, true, 120, -1, H, ActionKind::kEvict, 0,
        "would outlast the 10 s tolerable wait (its grace period); 500 s uncommitted", false, true, 600},
+      {"too slow, but a 1-GPU preemptor waits (tolerable wait from 2 GPUs)", 500, 10, 20, true, 120, -1, H,
+       ActionKind::kRequestCheckpoint, -1, "checkpoint first", false, true, 600, 2},
       {"tolerable wait off: checkpoint first", 900, 10, 20, true, 120, 0, H, ActionKind::kRequestCheckpoint, -1,
        "checkpoint first"},
       {"medium preemptor waits for the save", 900, 10, 20, true, 120, -1, M, ActionKind::kRequestCheckpoint, -1,
@@ -694,11 +697,60 @@ TEST(Policy, VictimEvictionModeTable) {
     p.kill_now_max_lost_s = c.kill_now_max_lost_s;
     p.high_tolerable_wait_s = c.tolerable_s;
     p.tolerable_kill_max_lost_s = c.kill_max_lost_s;
+    p.tolerable_wait_min_gpus = c.min_gpus;
     Decisions d = Decide(b.st, p);
     ASSERT_EQ(d.actions.size(), 1u) << c.name << "\n" << Dump(d);
     EXPECT_EQ(d.actions[0].kind, c.kind) << c.name << "\n" << Dump(d);
     EXPECT_EQ(d.actions[0].grace_s, c.grace_s) << c.name << "\n" << Dump(d);
     EXPECT_NE(d.actions[0].reason.find(c.reason), std::string::npos) << c.name << "\n" << Dump(d);
+  }
+}
+
+// Default tolerable-wait rule: a slow saver (save longer than its grace) with little uncommitted
+// work is killed for a high preemptor of >= 2 GPUs, which would otherwise wait for it with the
+// GPUs already freed sitting idle; a 1-GPU preemptor waits for its save.
+TEST(Policy, SlowSaverIsKilledOnlyForMultiGpuPreemptors) {
+  auto slow = [] {
+    Hints h = MakeHints(300, 40);  // 300 s uncommitted, save ~40.5 s
+    h.grace.granted_s = 30;
+    h.grace.needed_s = h.checkpoint_s();
+    return h;
+  };
+  auto fast = [] {
+    Hints h = MakeHints(900, 2);
+    h.grace.granted_s = 30;
+    h.grace.needed_s = h.checkpoint_s();
+    return h;
+  };
+  {
+    B b({2});
+    b.Run("slow", L, 1, 0, 3600, slow());
+    b.Run("fast", L, 1, 0, 3600, fast());
+    b.Pend("big", H, 2);
+    Decisions d = Decide(b.st, HintAwareNoRulesPolicy());
+    const Action* s = Find(d, "slow");
+    const Action* f = Find(d, "fast");
+    ASSERT_NE(s, nullptr) << Dump(d);
+    ASSERT_NE(f, nullptr) << Dump(d);
+    EXPECT_EQ(s->kind, ActionKind::kEvict) << Dump(d);
+    EXPECT_EQ(s->grace_s, 0) << Dump(d);
+    EXPECT_NE(s->reason.find("would outlast the 30 s tolerable wait"), std::string::npos) << Dump(d);
+    EXPECT_EQ(f->grace_s, -1) << Dump(d);  // saves within its grace
+  }
+  {
+    B b({1});
+    b.Run("slow", L, 1, 0, 3600, slow());
+    b.Pend("small", H, 1);
+    Decisions d = Decide(b.st, HintAwareNoRulesPolicy());
+    const Action* s = Find(d, "slow");
+    ASSERT_NE(s, nullptr) << Dump(d);
+    EXPECT_EQ(s->kind, ActionKind::kRequestCheckpoint) << Dump(d);
+    PolicyConfig all = HintAwareNoRulesPolicy();
+    all.tolerable_wait_min_gpus = 1;
+    d = Decide(b.st, all);
+    s = Find(d, "slow");
+    ASSERT_NE(s, nullptr) << Dump(d);
+    EXPECT_EQ(s->grace_s, 0) << Dump(d);
   }
 }
 

@@ -104,6 +104,7 @@ TEST(Simulator, LostWorkModel) {
   tol_off.high_tolerable_wait_s = 0;
   PolicyConfig tol_grace = HintAwareNoRulesPolicy();  // a high job waits at most the victim's grace
   tol_grace.high_tolerable_wait_s = -1;
+  tol_grace.tolerable_wait_min_gpus = 1;  // the preemptor here has 1 GPU
   struct Case {
     const char* name;
     PolicyConfig policy;
