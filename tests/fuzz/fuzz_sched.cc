@@ -1,14 +1,14 @@
 // libFuzzer target: the scheduler's inputs from outside — a `plan` snapshot, a Kubernetes pod
-// list, a hints file, a policy override object and a CSV trace — must be rejected with an error or
-// accepted without crashing, hanging or undefined behaviour; what is accepted must then survive
-// Decide() under every policy, both decision printers and (small traces) the simulator, with the
-// simulator's invariants holding. The first input byte picks the parser — 's' snapshot, 'k' pod
-// list, 'h' hints, 'p' policy, 't' trace (the seed files in tests/fuzz/corpus-sched start so), any
-// other byte by its value mod 5 — and the rest is the text. Hints must also round-trip through
-// HintsToJson unchanged, and so must checkpoint requests ('q'). A `run` spec ('r') is only parsed (nothing is launched). 'd' builds a
-// cluster state straight from the bytes (any phases, holds, requests, hints, history — within
-// Decide()'s preconditions: unique ids, valid nodes, no node over-full) and checks the decisions of
-// every policy against rules that must always hold (CheckDecisions).
+// list, a hints file, a checkpoint request, a policy override object, a CSV trace, a `run` spec —
+// must be rejected with an error or accepted without crashing, hanging or undefined behaviour.
+// What is accepted must then survive Decide() under every policy with CheckDecisions' rules
+// holding, both decision printers and (small traces) the simulator with its invariants; hints and
+// requests must round-trip unchanged; a run spec is only parsed (nothing is launched). 'd' builds
+// a cluster state straight from the bytes (any phases, holds, requests, hints, history — within
+// Decide()'s preconditions: unique ids, valid nodes, no node over-full) for the same checks.
+// The first byte picks the input — 's' snapshot, 'k' pod list, 'h' hints, 'q' request, 'p'
+// policy, 't' trace, 'r' run spec, 'd' state (the seed files in tests/fuzz/corpus-sched start so);
+// any other byte by its value mod 5 — and the rest is the text.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -31,22 +31,6 @@ using namespace preempt::sched;
 [[noreturn]] void Fail(const std::string& what) {
   fprintf(stderr, "fuzz_sched: %s\n", what.c_str());
   abort();
-}
-
-void DecideAll(const ClusterState& st) {
-  for (const char* name : {"fcfs", "k8s", "hint", "hint-nodefrag", "hint-refill"}) {
-    PolicyConfig p;
-    PolicyByName(name, &p);
-    Decisions d = Decide(st, p);
-    for (const Action& a : d.actions) {
-      if (a.job_index < 0 || a.job_index >= static_cast<int>(st.jobs.size()))
-        Fail(std::string(name) + ": action for job index out of range");
-      if (a.node >= static_cast<int>(st.nodes.size()) || a.to_node >= static_cast<int>(st.nodes.size()))
-        Fail(std::string(name) + ": action names a node out of range");
-    }
-    (void)FormatDecisions(st, d);
-    (void)DecisionsToJson(st, d);
-  }
 }
 
 // Reads fuzz bytes as small numbers; past the end everything is 0.
@@ -175,6 +159,18 @@ void CheckDecisions(const ClusterState& st, const PolicyConfig& p, const Decisio
     if (used[n] > st.nodes[n].gpus) fail("node " + st.nodes[n].name + " over-full after starts");
 }
 
+// Every policy on `st`: the decisions must keep CheckDecisions' rules and print.
+void DecideAll(const ClusterState& st) {
+  for (const char* name : {"fcfs", "k8s", "hint-norules", "hint", "hint-nodefrag", "hint-refill"}) {
+    PolicyConfig p;
+    PolicyByName(name, &p);
+    Decisions d = Decide(st, p);
+    CheckDecisions(st, p, d, name);
+    (void)FormatDecisions(st, d);
+    (void)DecisionsToJson(st, d);
+  }
+}
+
 void SameHints(const Hints& a, const Hints& b) {
   auto same = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
   if (a.job != b.job || a.state != b.state || a.step != b.step || !same(a.updated_unix, b.updated_unix) ||
@@ -212,15 +208,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     case 'd': {
       Bytes b(data + 1, size - 1);
-      ClusterState st = StateFromBytes(b);
-      for (const char* name : {"fcfs", "k8s", "hint-norules", "hint", "hint-nodefrag", "hint-refill"}) {
-        PolicyConfig p;
-        PolicyByName(name, &p);
-        Decisions d = Decide(st, p);
-        CheckDecisions(st, p, d, name);
-        (void)FormatDecisions(st, d);
-        (void)DecisionsToJson(st, d);
-      }
+      DecideAll(StateFromBytes(b));
       return 0;
     }
     case 'r': {
