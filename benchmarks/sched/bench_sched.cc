@@ -128,15 +128,30 @@ bool RunTrace(const Trace& t, TraceRun* out, std::string* csv) {
   return true;
 }
 
+// The four targets for policy metrics `h` against k8s `k` and FCFS `f` on the same trace.
+struct TargetCheck {
+  double lost_reduction, mean_speedup;
+  bool lost_ok, p95_ok, mean_ok, thrash_ok;
+};
+TargetCheck CheckTargets(const SimMetrics& h, const SimMetrics& k, const SimMetrics& f) {
+  TargetCheck t;
+  t.lost_reduction = k.lost_gpu_hours > 0 ? 1.0 - h.lost_gpu_hours / k.lost_gpu_hours : 0;
+  t.mean_speedup = h.high_wait_mean_s > 0 ? f.high_wait_mean_s / h.high_wait_mean_s : INFINITY;
+  t.lost_ok = t.lost_reduction >= 0.5;
+  t.p95_ok = h.high_wait_p95_s <= k.high_wait_p95_s + 1e-9;
+  t.mean_ok = t.mean_speedup >= 5;
+  t.thrash_ok = h.thrash_cycles == 0;
+  return t;
+}
+
 // Target checks for one trace and one hint-aware variant.
 std::string Targets(const TraceRun& r, const std::string& hint_name) {
   const SimMetrics& k = r.by_policy.at("k8s");
   const SimMetrics& f = r.by_policy.at("fcfs");
   const SimMetrics& h = r.by_policy.at(hint_name);
-  double lost_reduction = k.lost_gpu_hours > 0 ? 1.0 - h.lost_gpu_hours / k.lost_gpu_hours : 0;
-  double mean_speedup = h.high_wait_mean_s > 0 ? f.high_wait_mean_s / h.high_wait_mean_s : INFINITY;
-  bool lost_ok = lost_reduction >= 0.5, p95_ok = h.high_wait_p95_s <= k.high_wait_p95_s + 1e-9;
-  bool mean_ok = mean_speedup >= 5, thrash_ok = h.thrash_cycles == 0;
+  const TargetCheck t = CheckTargets(h, k, f);
+  const double lost_reduction = t.lost_reduction, mean_speedup = t.mean_speedup;
+  const bool lost_ok = t.lost_ok, p95_ok = t.p95_ok, mean_ok = t.mean_ok, thrash_ok = t.thrash_ok;
   if (hint_name == "hint" && r.demand.high_over_capacity_s > 0)
     printf("  (high-priority demand alone is above the %d GPUs for %.1f h: high jobs wait for each other then, "
            "under every policy)\n",
@@ -303,16 +318,15 @@ std::vector<std::string> SeedSweep(int n, int jobs, const std::vector<double>& g
       for (int s = 1; s <= n; ++s) {
         SimResult r;
         if (!Simulate(traces[s], p, so, &r).ok()) continue;
-        const SimMetrics &h = r.metrics, &k = k8s[s], &f = fcfs[s];
-        double red = k.lost_gpu_hours > 0 ? 1 - h.lost_gpu_hours / k.lost_gpu_hours : 0;
-        double speed = h.high_wait_mean_s > 0 ? f.high_wait_mean_s / h.high_wait_mean_s : 1e9;
-        met[0] += red >= 0.5;
-        met[1] += h.high_wait_p95_s <= k.high_wait_p95_s + 1e-9;
-        met[2] += speed >= 5;
-        met[3] += h.thrash_cycles == 0;
-        min_red = std::min(min_red, red);
+        const SimMetrics &h = r.metrics, &k = k8s[s];
+        const TargetCheck t = CheckTargets(h, k, fcfs[s]);
+        met[0] += t.lost_ok;
+        met[1] += t.p95_ok;
+        met[2] += t.mean_ok;
+        met[3] += t.thrash_ok;
+        min_red = std::min(min_red, t.lost_reduction);
         worst_p95 = std::max(worst_p95, h.high_wait_p95_s - k.high_wait_p95_s);
-        min_speed = std::min(min_speed, speed);
+        min_speed = std::min(min_speed, std::isinf(t.mean_speedup) ? 1e9 : t.mean_speedup);
         max_thrash = std::max(max_thrash, h.thrash_cycles);
       }
       const std::string g = grace > 0 ? "grace" + std::to_string(static_cast<int>(grace)) : "grace-sized";
