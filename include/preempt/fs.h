@@ -7,6 +7,9 @@
 // A File opened with `direct` may carry a native fd (native_fd() >= 0); the io engine then drives
 // it with io_uring. Files without a native fd are written through write_at()/read_at().
 //
+// Opening never blocks: a path that is not a regular file (a FIFO, a device, a socket) is refused
+// with kCorruption naming the path, so a hostile or damaged directory cannot hang a reader.
+//
 // Thread-safety: FileSystem methods are safe to call concurrently. A File may be used by several
 // threads for positional I/O at disjoint offsets; sync/close must not race with I/O on it.
 #pragma once
@@ -48,6 +51,17 @@ class File {
   std::string path_;
 };
 
+// An exclusive advisory lock on a file, held until this object is destroyed or the process dies.
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+  const std::string& path() const { return path_; }
+
+ protected:
+  explicit FileLock(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
 struct OpenOptions {
   bool write = false;      // open for writing (created/truncated when `create`)
   bool create = false;     // O_CREAT|O_TRUNC
@@ -61,7 +75,12 @@ class FileSystem {
   // The process-wide POSIX implementation.
   static FileSystem* Default();
 
+  // Opens a regular file (see above: anything else is refused without blocking).
   virtual Status open(const std::string& path, const OpenOptions& opts, std::unique_ptr<File>* out) = 0;
+  // Takes an exclusive lock on `path` (created if missing) without waiting and writes `owner`
+  // (who holds it: pid, host) into it. Held by another open file, here or in another process:
+  // kUnavailable naming the path and what the holder wrote.
+  virtual Status lock_exclusive(const std::string& path, const std::string& owner, std::unique_ptr<FileLock>* out) = 0;
   // Creates one directory; OK when it already exists.
   virtual Status mkdir(const std::string& path) = 0;
   // Creates a directory and its missing parents.

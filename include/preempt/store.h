@@ -5,8 +5,21 @@
 //   <root>/step-00001200/rank-00000.manifest   tensor index, chunk checksums, metadata
 //   <root>/step-00001200/COMMIT                written last: step, world size, manifest checksums
 //   <root>/LATEST                              convenience pointer; never trusted alone
+//   <root>/.lock.rank-00000                    writer lock of rank 0 (holder's pid and host inside)
 // A checkpoint is written as step-N.tmp and renamed to step-N after COMMIT is durable, so a crash
 // at any instant leaves either the previous or the new checkpoint restorable, never a partial one.
+// A checkpoint is retired (retention, rewind) by renaming it out of the committed namespace
+// (step-N.retired) before it is deleted, so readers never see a half-deleted one.
+//
+// Writers: the first save of a Store takes an exclusive lock on <root>/.lock.rank-<rank>, held
+// until the Store is destroyed or the process dies. The ranks of one job each hold their own; a
+// second process saving as the same rank on the same root fails fast naming the holder. Only a
+// lock holder removes leftovers (stale step-N.tmp, step-N.retired, LATEST.tmp.*). Readers
+// (restore, list, verify, the static inspection calls) take no lock and never block on a file:
+// anything that is not a regular file where a checkpoint file belongs is refused as corruption.
+//
+// Steps only move forward: a save below the newest valid committed step is refused unless the
+// request asks to rewind, which retires the newer steps before the rewound one commits.
 //
 // Thread-safety: a Store may be used from several threads. Saves run one at a time on the
 // store's background thread in submission order; restore/list/verify may run concurrently with a
@@ -22,29 +35,19 @@
 #include <vector>
 
 #include "preempt/buffer.h"
+#include "preempt/checkpoint_entry.h"
 #include "preempt/deadline.h"
 #include "preempt/fs.h"
+#include "preempt/io_options.h"
 #include "preempt/status.h"
 
 namespace preempt {
-
-enum class IoBackend {
-  kAuto,   // io_uring; a pwrite/pread thread when io_uring is refused (EPERM/ENOSYS), logged once
-  kUring,  // io_uring or fail
-  kPosix,  // pwrite/pread on a background thread (also used for files without a native fd)
-};
-
-enum class DirectIo {
-  kAuto,  // O_DIRECT; buffered + fdatasync when the file system refuses it (EINVAL), logged once
-  kOn,    // O_DIRECT or fail
-  kOff,   // buffered + fdatasync
-};
 
 struct StoreOptions {
   std::string root;                // checkpoint root directory (created if missing)
   int rank = 0;
   int world_size = 1;
-  int keep_last = 3;               // committed checkpoints kept (>= 1); the newest valid is never deleted
+  int keep_last = 3;               // committed checkpoints kept (>= 1, else refused); the newest is never deleted
   size_t chunk_bytes = 4 << 20;    // checksum + I/O unit; multiple of 4 KiB
   int queue_depth = 8;             // in-flight I/O requests (and staging chunks) per file
   IoBackend io_backend = IoBackend::kAuto;
@@ -57,21 +60,14 @@ struct StoreOptions {
   double commit_timeout_s = 600;   // bound on waiting for the other ranks
 };
 
-// One named buffer to save. `data` must stay valid and unchanged until the save is done.
-struct SaveItem {
-  // 1..512 bytes of [A-Za-z0-9_.:@#+=,[]()-]; no '/', no "..", not starting with '.'.
-  // Use ':' or '.' to build hierarchical names ("model:fc1.weight", "optim:state.3.exp_avg").
-  std::string name;
-  DType dtype = DType::kBytes;
-  std::vector<int64_t> shape;      // empty for kBytes blobs and scalars
-  const void* data = nullptr;
-  size_t nbytes = 0;
-};
-
 struct SaveRequest {
-  int64_t step = 0;
+  int64_t step = 0;                             // >= 0
   std::vector<SaveItem> items;
-  std::map<std::string, std::string> metadata;  // user key/values, stored in the manifest
+  std::map<std::string, std::string> metadata;  // user key/values, stored in the manifest; no NUL bytes
+  // A step below the newest valid committed one is refused (kInvalidArgument) unless `rewind`:
+  // then every committed step newer than `step` is retired before this one commits, so a run
+  // that rolled back never resumes the abandoned branch.
+  bool rewind = false;
 };
 
 struct SaveStats {
@@ -89,10 +85,15 @@ class SaveHandle {
  public:
   virtual ~SaveHandle() = default;
   virtual int64_t step() const = 0;
+  // Non-blocking: true once this rank's part (data file and manifest) is durable. On rank 0 the
+  // checkpoint may still be uncommitted; on other ranks COMMIT may not exist yet.
+  virtual bool durable() const = 0;
   // Non-blocking: true once the save committed or failed.
   virtual bool done() const = 0;
-  // Waits until done or `deadline`. Returns the save's first error, OK once committed, or
-  // kDeadlineExceeded when the deadline passed first (the save keeps running).
+  // Waits until done or `deadline`. Returns the save's first error, OK once the checkpoint is
+  // committed — on every rank: a rank other than 0 returns OK only after it saw the COMMIT that
+  // rank 0 wrote over its manifest (or, with StoreOptions::commit_barrier, after the barrier that
+  // follows COMMIT) — or kDeadlineExceeded when the deadline passed first (the save keeps running).
   virtual Status wait(Deadline deadline = Deadline::Never()) = 0;
   // The first error so far (OK while running without error).
   virtual Status status() const = 0;
@@ -106,32 +107,32 @@ class SaveHandle {
   virtual std::string path() const = 0;
 };
 
-struct TensorInfo {
-  std::string name;
-  DType dtype = DType::kBytes;
-  std::vector<int64_t> shape;
-  uint64_t offset = 0;   // within the rank's data file
-  uint64_t nbytes = 0;
-};
-
 struct CheckpointInfo {
   int64_t step = 0;
   std::string path;
   int world_size = 0;
-  uint64_t bytes = 0;      // data bytes of this rank
-  bool valid = false;      // COMMIT and manifests present and parse (checksums not read)
+  uint64_t bytes = 0;      // data bytes: this rank's (Store::list), every rank's (ListCheckpoints)
+  bool committed = true;   // false: a step-N.tmp directory (being written, or left by a crash)
+  // The check restore makes before reading data: COMMIT and manifests are regular files that
+  // parse, their steps match the directory name, manifest checksums match COMMIT, data files
+  // have the recorded size (data checksums are not read; Verify reads them).
+  bool valid = false;
   std::string problem;     // why not valid
 };
 
-// Where a named entry should be restored. The byte count, dtype and shape must match the
-// checkpoint's entry exactly, or restore fails naming the entry.
-struct RestoreTarget {
-  std::string name;
-  void* data = nullptr;
-  size_t nbytes = 0;
-  DType dtype = DType::kBytes;
-  std::vector<int64_t> shape;
-  bool check_shape = true;  // false for kBytes blobs whose size is known but not their shape
+// One rank's manifest of a checkpoint, as read back (Store::ReadManifest).
+struct CheckpointManifest {
+  int64_t step = 0;
+  int rank = 0;
+  int world_size = 0;
+  uint32_t format_version = 0;
+  int64_t created_unix_ms = 0;
+  std::string data_file;           // "rank-00000.bin"
+  uint64_t chunk_bytes = 0;
+  uint64_t data_bytes = 0;
+  uint64_t chunks = 0;
+  std::vector<TensorInfo> tensors;  // sorted by offset
+  std::map<std::string, std::string> metadata;
 };
 
 struct RestoreOptions {
@@ -176,19 +177,28 @@ class Store {
 
   // Restores this rank's entries from the newest valid committed checkpoint (or opts.step).
   // Blocks until read and verified. On failure targets may hold partial data; with fallback, a
-  // later successful attempt overwrites every target completely.
+  // later successful attempt overwrites every target completely. A checkpoint retired while it
+  // is being read (retention of a concurrent writer) is not corruption: the steps are listed
+  // again and the newest valid one is read. `out` must not be null (kInvalidArgument).
   Status restore(const std::vector<RestoreTarget>& targets, const RestoreOptions& opts, RestoreResult* out);
 
-  // Committed checkpoints, newest first (cheap: no data read).
+  // Committed checkpoints, newest first, validity checked for this rank (cheap: no data read).
   Status list(std::vector<CheckpointInfo>* out);
   // Steps whose checkpoint is committed and whose manifests parse, newest first. Ranks of a job
   // use this to agree on a common step before restore.
   Status valid_steps(std::vector<int64_t>* out);
-  // Reads every chunk of every rank of a checkpoint directory and checks its checksum.
-  static Status Verify(const std::string& ckpt_dir, VerifyResult* out, FileSystem* fs = nullptr);
 
-  // Removes stale .tmp directories (no save of this store is running). Called before each save.
-  Status cleanup_tmp();
+  // ---- read-only inspection: no Store, no lock; fs nullptr means FileSystem::Default() ----
+  // Every step directory under `root`, newest first: committed ones checked for every rank
+  // listed in COMMIT with the same check restore uses, and partial ones (committed = false).
+  // A directory retired while being listed is left out. kNotFound when root is not a directory.
+  static Status ListCheckpoints(const std::string& root, std::vector<CheckpointInfo>* out, FileSystem* fs = nullptr);
+  // Reads and validates one rank's manifest of a checkpoint directory (committed or partial).
+  static Status ReadManifest(const std::string& ckpt_dir, int rank, CheckpointManifest* out, FileSystem* fs = nullptr);
+  // The validity check of CheckpointInfo::valid, then every chunk of every rank read and its
+  // checksum checked. Problems go to out->problems; the Status is an error only when the
+  // directory cannot be examined at all (kNotFound when it does not exist).
+  static Status Verify(const std::string& ckpt_dir, VerifyResult* out, FileSystem* fs = nullptr);
 
  private:
   class Impl;
@@ -198,7 +208,5 @@ class Store {
 
 // "step-00001200"
 std::string StepDirName(int64_t step);
-// True when `name` is acceptable as a SaveItem name (see SaveItem::name).
-bool IsValidEntryName(const std::string& name);
 
 }  // namespace preempt

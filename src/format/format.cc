@@ -32,12 +32,6 @@ void load(Archive& ar, TensorInfo& t) {
   if (!DTypeFromName(dtype, &t.dtype)) throw cereal::Exception("tensor " + t.name + ": unknown dtype '" + dtype + "'");
 }
 
-std::string StepDirName(int64_t step) {
-  char buf[32];
-  snprintf(buf, sizeof(buf), "step-%08" PRId64, step);
-  return buf;
-}
-
 bool IsValidEntryName(const std::string& name) {
   if (name.empty() || name.size() > 512 || name[0] == '.') return false;
   if (name.find("..") != std::string::npos) return false;
@@ -62,7 +56,25 @@ std::string RankManifestName(int rank) {
   return buf;
 }
 
-bool ParseStepDirName(const std::string& name, int64_t* step, bool* tmp) {
+namespace {
+const char* StepDirSuffix(StepDirKind kind) {
+  switch (kind) {
+    case StepDirKind::kCommitted: return "";
+    case StepDirKind::kPartial: return ".tmp";
+    case StepDirKind::kReplaced: return ".replaced.tmp";
+    case StepDirKind::kRetired: return ".retired";
+  }
+  return "";
+}
+}  // namespace
+
+std::string StepDirName(int64_t step, StepDirKind kind) {
+  char buf[48];
+  snprintf(buf, sizeof(buf), "step-%08" PRId64 "%s", step, StepDirSuffix(kind));
+  return buf;
+}
+
+bool ParseStepDirName(const std::string& name, int64_t* step, StepDirKind* kind) {
   if (name.rfind("step-", 0) != 0) return false;
   size_t i = 5, digits = 0;
   int64_t v = 0;
@@ -73,12 +85,15 @@ bool ParseStepDirName(const std::string& name, int64_t* step, bool* tmp) {
     ++digits;
   }
   if (digits < 8) return false;
-  std::string rest = name.substr(i);
-  if (rest.empty()) *tmp = false;
-  else if (rest == ".tmp") *tmp = true;
-  else return false;
-  *step = v;
-  return true;
+  const std::string rest = name.substr(i);
+  for (StepDirKind k : {StepDirKind::kCommitted, StepDirKind::kPartial, StepDirKind::kReplaced, StepDirKind::kRetired}) {
+    if (rest == StepDirSuffix(k)) {
+      *step = v;
+      *kind = k;
+      return true;
+    }
+  }
+  return false;
 }
 
 uint64_t Hash64(const void* data, size_t n) { return XXH3_64bits(data, n); }
@@ -148,15 +163,25 @@ Status OpenEnvelope(const std::string& kind, const std::string& text, const std:
     return Status(StatusCode::kCorruption, file + ": checksum mismatch (header " + hex + ", content " +
                                                Hex64(Hash64(body, have)) + ")");
   }
-  // rapidjson parses recursively: refuse deep nesting before handing it the text.
+  // rapidjson parses recursively: refuse deep nesting before handing it the text. The JSON
+  // reader hands strings on as C strings, so a NUL inside one (only expressible as the escape
+  // \u0000) would silently cut it short: refuse it here, where the length is still known.
   int depth = 0;
   bool in_string = false, escape = false;
   for (uint64_t i = 0; i < have; ++i) {
     char c = body[i];
     if (in_string) {
-      if (escape) escape = false;
-      else if (c == '\\') escape = true;
-      else if (c == '"') in_string = false;
+      if (escape) {
+        escape = false;
+        if (c == 'u' && have - i > 4 && std::string(body + i + 1, 4) == "0000") {
+          return Status(StatusCode::kCorruption, file + ": a string contains a NUL character (\\u0000 at byte " +
+                                                     std::to_string(i - 1) + " of the payload)");
+        }
+      } else if (c == '\\') {
+        escape = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
       continue;
     }
     if (c == '"') in_string = true;

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "preempt/checkpoint_entry.h"
 #include "preempt/status.h"
-#include "preempt/store.h"
 
 namespace preempt::format {
 
@@ -56,8 +56,17 @@ std::string RankManifestName(int rank);  // "rank-00000.manifest"
 inline constexpr const char* kCommitName = "COMMIT";
 inline constexpr const char* kLatestName = "LATEST";
 
-// "step-00001200" / "step-00001200.tmp" → step; false for anything else.
-bool ParseStepDirName(const std::string& name, int64_t* step, bool* tmp);
+// What a step directory name says about its content.
+enum class StepDirKind {
+  kCommitted,  // "step-00001200": committed (valid if its COMMIT and manifests check out)
+  kPartial,    // "step-00001200.tmp": being written, or left by a crash
+  kReplaced,   // "step-00001200.replaced.tmp": the previous copy while a step is re-saved
+  kRetired,    // "step-00001200.retired": taken out of the committed namespace, being deleted
+};
+// "step-00001200" plus the suffix of `kind`. Steps are >= 0.
+std::string StepDirName(int64_t step, StepDirKind kind = StepDirKind::kCommitted);
+// The inverse of StepDirName; false for any other name.
+bool ParseStepDirName(const std::string& name, int64_t* step, StepDirKind* kind);
 
 uint64_t Hash64(const void* data, size_t n);
 std::string Hex64(uint64_t v);

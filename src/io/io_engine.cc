@@ -82,7 +82,6 @@ Status IoEngine::Create(const EngineOptions& opts, std::unique_ptr<IoEngine>* ou
 
 IoEngine::~IoEngine() = default;
 
-bool IoEngine::has_uring() const { return ring_ != nullptr; }
 
 // ---------------------------------------------------------------------------------------------
 // io_uring queue

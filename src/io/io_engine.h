@@ -15,8 +15,8 @@
 #include "preempt/buffer.h"
 #include "preempt/deadline.h"
 #include "preempt/fs.h"
+#include "preempt/io_options.h"
 #include "preempt/status.h"
-#include "preempt/store.h"
 
 namespace preempt::io {
 
@@ -49,7 +49,6 @@ class IoEngine {
   static Status Create(const EngineOptions& opts, std::unique_ptr<IoEngine>* out);
   ~IoEngine();
 
-  bool has_uring() const;
   int depth() const { return static_cast<int>(slots_.size()); }
   size_t slot_bytes() const { return opts_.slot_bytes; }
   // Opens a queue over `file` (not owned; must outlive the queue). Uses io_uring when the engine

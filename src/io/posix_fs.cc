@@ -1,6 +1,7 @@
 // POSIX implementation of the FileSystem interface.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -98,10 +99,31 @@ class PosixFile final : public File {
   bool direct_;
 };
 
+const char* FileTypeName(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// flock(2): tied to the open file description, so it is released when the process dies, and a
+// second open of the same file (another Store in this process, or another process) is refused.
+class PosixFileLock final : public FileLock {
+ public:
+  PosixFileLock(std::string path, int fd) : FileLock(std::move(path)), fd_(fd) {}
+  ~PosixFileLock() override { ::close(fd_); }
+
+ private:
+  int fd_;
+};
+
 class PosixFileSystem final : public FileSystem {
  public:
   Status open(const std::string& path, const OpenOptions& o, std::unique_ptr<File>* out) override {
-    int flags = O_CLOEXEC | (o.write ? O_RDWR : O_RDONLY);
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; regular files ignore the flag.
+    int flags = O_CLOEXEC | O_NONBLOCK | (o.write ? O_RDWR : O_RDONLY);
     if (o.create) flags |= O_CREAT | O_TRUNC;
     if (o.exclusive) flags |= O_EXCL;
     if (o.direct) flags |= O_DIRECT;
@@ -112,7 +134,59 @@ class PosixFileSystem final : public FileSystem {
     if (fd < 0) {
       return Status::FromErrno(errno, o.write ? "open for write" : "open for read", path);
     }
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return Status::FromErrno(err, "fstat", path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return Status(StatusCode::kCorruption, path + ": is " + FileTypeName(st.st_mode) + ", not a regular file");
+    }
+    // A regular file: back to blocking mode, so io_uring never answers -EAGAIN for it.
+    if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+      int err = errno;
+      ::close(fd);
+      return Status::FromErrno(err, "fcntl", path);
+    }
     *out = std::make_unique<PosixFile>(path, fd, o.direct);
+    return Status::OK();
+  }
+
+  Status lock_exclusive(const std::string& path, const std::string& owner, std::unique_ptr<FileLock>* out) override {
+    int fd;
+    do {
+      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return Status::FromErrno(errno, "open lock file", path);
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return Status(StatusCode::kCorruption, path + ": lock file is not a regular file");
+    }
+    int rc;
+    do {
+      rc = ::flock(fd, LOCK_EX | LOCK_NB);
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+      int err = errno;
+      std::string holder(256, '\0');
+      ssize_t n = ::pread(fd, holder.data(), holder.size(), 0);
+      holder.resize(n > 0 ? static_cast<size_t>(n) : 0);
+      while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+      ::close(fd);
+      if (err != EWOULDBLOCK) return Status::FromErrno(err, "flock", path);
+      return Status(StatusCode::kUnavailable,
+                    path + ": held by " + (holder.empty() ? std::string("another process") : holder));
+    }
+    const std::string text = owner + "\n";
+    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
+      int err = errno;
+      ::close(fd);
+      return Status::FromErrno(err, "write lock file", path);
+    }
+    *out = std::make_unique<PosixFileLock>(path, fd);
     return Status::OK();
   }
 

@@ -3,16 +3,17 @@
 //   preempt-ckpt list    <root>                  committed checkpoints, newest first
 //   preempt-ckpt inspect <checkpoint-dir> [--rank N]   tensors, sizes, dtypes, metadata
 //   preempt-ckpt verify  <checkpoint-dir|root>   read every chunk, check every checksum
+// Built on the store's public read-only inspection API only: the same validity check as restore.
 //
 // Exit codes: 0 ok; 1 problems found (invalid/corrupt checkpoint); 2 usage; 3 not found/unreadable.
 #include <cinttypes>
 #include <cstdio>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "format/format.h"
 #include "preempt/store.h"
 
 using namespace preempt;
@@ -45,83 +46,62 @@ std::string Human(uint64_t b) {
   return buf;
 }
 
+std::string Leaf(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path.substr(path.find_last_of('/') + 1);
+}
+
 int List(const std::string& root) {
-  FileSystem* fs = FileSystem::Default();
-  if (!fs->is_dir(root)) {
-    fprintf(stderr, "preempt-ckpt: %s is not a directory\n", root.c_str());
-    return kNotFound;
-  }
-  std::vector<std::string> names;
-  Status s = fs->list_dir(root, &names);
+  std::vector<CheckpointInfo> all;
+  Status s = Store::ListCheckpoints(root, &all);
   if (!s.ok()) {
     fprintf(stderr, "preempt-ckpt: %s\n", s.ToString().c_str());
     return kNotFound;
   }
-  std::vector<std::pair<int64_t, std::string>> dirs;
-  for (const auto& n : names) {
-    int64_t step;
-    bool tmp;
-    if (format::ParseStepDirName(n, &step, &tmp)) dirs.emplace_back(step, n);
-  }
-  std::sort(dirs.begin(), dirs.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
   printf("%-22s %10s %6s %12s  %s\n", "checkpoint", "step", "ranks", "bytes", "state");
   int bad = 0;
-  for (auto& [step, name] : dirs) {
-    const std::string dir = JoinPath(root, name);
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {
-      printf("%-22s %10" PRId64 " %6s %12s  partial (never committed; removed by the next save)\n", name.c_str(), step, "-", "-");
-      continue;
-    }
-    std::string text;
-    format::CommitRecord c;
-    s = fs->read_file(JoinPath(dir, format::kCommitName), format::kMaxCommitBytes, &text);
-    if (s.ok()) s = format::DecodeCommit(text, JoinPath(dir, format::kCommitName), &c);
-    if (!s.ok()) {
+  for (const auto& c : all) {
+    const std::string name = Leaf(c.path);
+    if (!c.committed) {
+      printf("%-22s %10" PRId64 " %6s %12s  partial (never committed; removed by the next save)\n", name.c_str(), c.step,
+             "-", "-");
+    } else if (!c.valid) {
       ++bad;
-      printf("%-22s %10" PRId64 " %6s %12s  INVALID: %s\n", name.c_str(), step, "-", "-", s.message().c_str());
-      continue;
+      printf("%-22s %10" PRId64 " %6s %12s  INVALID: %s\n", name.c_str(), c.step, "-", "-", c.problem.c_str());
+    } else {
+      printf("%-22s %10" PRId64 " %6d %12s  committed\n", name.c_str(), c.step, c.world_size, Human(c.bytes).c_str());
     }
-    uint64_t total = 0;
-    std::string state = "committed";
-    for (int r = 0; r < c.world_size; ++r) {
-      const std::string mp = JoinPath(dir, format::RankManifestName(r));
-      format::Manifest m;
-      s = fs->read_file(mp, format::kMaxManifestBytes, &text);
-      if (s.ok()) s = format::DecodeManifest(text, mp, UINT64_MAX, &m);
-      if (!s.ok()) {
-        state = "INVALID: " + s.message();
-        ++bad;
-        break;
-      }
-      total += m.data_bytes;
-    }
-    printf("%-22s %10" PRId64 " %6d %12s  %s\n", name.c_str(), step, c.world_size, Human(total).c_str(), state.c_str());
   }
   return bad ? kProblems : kOk;
 }
 
+// The state of one checkpoint directory as ListCheckpoints sees it ("" when not listed there).
+std::string StateOf(const std::string& dir) {
+  std::string base = dir;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  std::vector<CheckpointInfo> all;
+  if (!Store::ListCheckpoints(DirName(base), &all).ok()) return "";
+  for (const auto& c : all) {
+    if (Leaf(c.path) != Leaf(base)) continue;
+    if (!c.committed) return "NO (partial: never committed)";
+    return c.valid ? "yes" : "INVALID: " + c.problem;
+  }
+  return "";
+}
+
 int Inspect(const std::string& dir, int rank) {
-  FileSystem* fs = FileSystem::Default();
-  const std::string mp = JoinPath(dir, format::RankManifestName(rank));
-  std::string text;
-  Status s = fs->read_file(mp, format::kMaxManifestBytes, &text);
+  CheckpointManifest m;
+  Status s = Store::ReadManifest(dir, rank, &m);
   if (!s.ok()) {
     fprintf(stderr, "preempt-ckpt: %s\n", s.ToString().c_str());
-    return kNotFound;
+    return s.code() == StatusCode::kNotFound ? kNotFound : kProblems;
   }
-  uint64_t size = UINT64_MAX;
-  (void)fs->file_size(JoinPath(dir, format::RankDataName(rank)), &size);
-  format::Manifest m;
-  s = format::DecodeManifest(text, mp, size, &m);
-  if (!s.ok()) {
-    fprintf(stderr, "preempt-ckpt: %s\n", s.ToString().c_str());
-    return kProblems;
-  }
+  const std::string state = StateOf(dir);
   printf("checkpoint %s\n", dir.c_str());
   printf("  step %" PRId64 "  rank %d of %d  format v%u  created %" PRId64 " ms since epoch\n", m.step, m.rank,
          m.world_size, m.format_version, m.created_unix_ms);
-  printf("  committed: %s\n", fs->exists(JoinPath(dir, format::kCommitName)) ? "yes" : "NO (COMMIT missing)");
-  printf("  data %s in %zu chunks of %s (%s)\n", Human(m.data_bytes).c_str(), m.chunk_xxh3.size(),
+  printf("  committed: %s\n", state.empty() ? "unknown" : state.c_str());
+  printf("  data %s in %" PRIu64 " chunks of %s (%s)\n", Human(m.data_bytes).c_str(), m.chunks,
          Human(m.chunk_bytes).c_str(), m.data_file.c_str());
   printf("  %-48s %-10s %-20s %14s %12s\n", "tensor", "dtype", "shape", "offset", "bytes");
   for (const auto& t : m.tensors) {
@@ -132,7 +112,7 @@ int Inspect(const std::string& dir, int rank) {
     printf("  metadata:\n");
     for (const auto& [k, v] : m.metadata) printf("    %s = %s\n", k.c_str(), v.substr(0, 200).c_str());
   }
-  return kOk;
+  return state.rfind("yes", 0) == 0 ? kOk : kProblems;
 }
 
 int VerifyOne(const std::string& dir) {
@@ -152,29 +132,28 @@ int VerifyOne(const std::string& dir) {
 }
 
 int Verify(const std::string& path) {
-  FileSystem* fs = FileSystem::Default();
-  if (!fs->is_dir(path)) {
+  if (!FileSystem::Default()->is_dir(path)) {
     fprintf(stderr, "preempt-ckpt: %s is not a directory\n", path.c_str());
     return kNotFound;
   }
-  std::string base = path;
-  while (base.size() > 1 && base.back() == '/') base.pop_back();
-  std::string leaf = base.substr(base.find_last_of('/') + 1);
-  int64_t step;
-  bool tmp;
-  if (format::ParseStepDirName(leaf, &step, &tmp)) return VerifyOne(base);
-  // A root: verify every committed checkpoint.
-  std::vector<std::string> names;
-  Status s = fs->list_dir(base, &names);
-  std::sort(names.begin(), names.end());
+  if (Leaf(path).rfind("step-", 0) == 0) return VerifyOne(path);
+  // A root: verify every committed checkpoint (one retired meanwhile is skipped, not corrupt).
+  std::vector<CheckpointInfo> all;
+  Status s = Store::ListCheckpoints(path, &all);
+  if (!s.ok()) {
+    fprintf(stderr, "preempt-ckpt: %s\n", s.ToString().c_str());
+    return kNotFound;
+  }
   int rc = kOk, n = 0;
-  for (const auto& name : names) {
-    if (!format::ParseStepDirName(name, &step, &tmp) || tmp) continue;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (!it->committed) continue;
+    const int one = VerifyOne(it->path);
+    if (one == kNotFound && !FileSystem::Default()->is_dir(it->path)) continue;
     ++n;
-    if (VerifyOne(JoinPath(base, name)) != kOk) rc = kProblems;
+    if (one != kOk) rc = kProblems;
   }
   if (n == 0) {
-    fprintf(stderr, "preempt-ckpt: no committed checkpoint under %s\n", base.c_str());
+    fprintf(stderr, "preempt-ckpt: no committed checkpoint under %s\n", path.c_str());
     return kNotFound;
   }
   return rc;
@@ -189,8 +168,17 @@ int main(int argc, char** argv) {
   if (cmd == "verify" && argc == 3) return Verify(path);
   if (cmd == "inspect") {
     int rank = 0;
-    if (argc == 5 && !strcmp(argv[3], "--rank")) rank = atoi(argv[4]);
-    else if (argc != 3) return Usage();
+    if (argc == 5 && !strcmp(argv[3], "--rank")) {
+      char* end = nullptr;
+      const long v = strtol(argv[4], &end, 10);
+      if (end == argv[4] || *end != '\0' || v < 0 || v > (1 << 20)) {
+        fprintf(stderr, "preempt-ckpt: --rank %s is not a rank (0..1048576)\n", argv[4]);
+        return kUsage;
+      }
+      rank = static_cast<int>(v);
+    } else if (argc != 3) {
+      return Usage();
+    }
     return Inspect(path, rank);
   }
   return Usage();

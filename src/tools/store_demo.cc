@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   std::vector<RestoreTarget> targets;
   for (size_t i = 0; i < sizes.size(); ++i) {
     fresh.emplace_back(sizes[i], true);
-    targets.push_back({req.items[i].name, fresh.back().data(), sizes[i], DType::kFloat32, req.items[i].shape});
+    targets.push_back({req.items[i].name, DType::kFloat32, req.items[i].shape, fresh.back().data(), sizes[i]});
   }
   Store relaunched(o);
   RestoreResult r;

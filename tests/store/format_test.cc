@@ -126,16 +126,25 @@ TEST(Format, EnvelopeProblems) {
 
 TEST(Format, StepDirNames) {
   int64_t step;
-  bool tmp;
-  EXPECT_TRUE(ParseStepDirName("step-00000012", &step, &tmp));
+  StepDirKind kind;
+  EXPECT_TRUE(ParseStepDirName("step-00000012", &step, &kind));
   EXPECT_EQ(step, 12);
-  EXPECT_FALSE(tmp);
-  EXPECT_TRUE(ParseStepDirName("step-00000012.tmp", &step, &tmp));
-  EXPECT_TRUE(tmp);
-  EXPECT_FALSE(ParseStepDirName("step-12", &step, &tmp));
-  EXPECT_FALSE(ParseStepDirName("step-00000012.old", &step, &tmp));
-  EXPECT_FALSE(ParseStepDirName("step-99999999999999999999999", &step, &tmp));
+  EXPECT_EQ(kind, StepDirKind::kCommitted);
+  EXPECT_TRUE(ParseStepDirName("step-00000012.tmp", &step, &kind));
+  EXPECT_EQ(kind, StepDirKind::kPartial);
+  EXPECT_TRUE(ParseStepDirName("step-00000012.replaced.tmp", &step, &kind));
+  EXPECT_EQ(kind, StepDirKind::kReplaced);
+  EXPECT_TRUE(ParseStepDirName("step-00000012.retired", &step, &kind));
+  EXPECT_EQ(kind, StepDirKind::kRetired);
+  EXPECT_FALSE(ParseStepDirName("step-12", &step, &kind));
+  EXPECT_FALSE(ParseStepDirName("step--0000005", &step, &kind));
+  EXPECT_FALSE(ParseStepDirName("step-00000012.old", &step, &kind));
+  EXPECT_FALSE(ParseStepDirName("step-99999999999999999999999", &step, &kind));
   EXPECT_EQ(StepDirName(12), "step-00000012");
+  for (StepDirKind k : {StepDirKind::kCommitted, StepDirKind::kPartial, StepDirKind::kReplaced, StepDirKind::kRetired}) {
+    EXPECT_TRUE(ParseStepDirName(StepDirName(7, k), &step, &kind));
+    EXPECT_EQ(kind, k);
+  }
 }
 
 }  // namespace

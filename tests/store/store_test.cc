@@ -67,7 +67,7 @@ std::vector<RestoreTarget> TargetsFor(const Fixture& f, std::vector<std::vector<
   for (const auto& it : f.req.items) out->emplace_back(it.nbytes, 0xAA);
   for (size_t i = 0; i < f.req.items.size(); ++i) {
     const auto& it = f.req.items[i];
-    t.push_back({it.name, (*out)[i].data(), it.nbytes, it.dtype, it.shape});
+    t.push_back({it.name, it.dtype, it.shape, (*out)[i].data(), it.nbytes});
   }
   return t;
 }
@@ -155,8 +155,8 @@ TEST(Store, RestoreIntoOwnedBuffersAndNonStrict) {
   ro.strict = false;
   std::vector<uint8_t> one(f.data[1].size());
   std::vector<uint8_t> ghost(8);
-  std::vector<RestoreTarget> t = {{f.req.items[1].name, one.data(), one.size(), DType::kUInt8, f.req.items[1].shape},
-                                  {"not.there", ghost.data(), 8, DType::kBytes, {}}};
+  std::vector<RestoreTarget> t = {{f.req.items[1].name, DType::kUInt8, f.req.items[1].shape, one.data(), one.size()},
+                                  {"not.there", DType::kBytes, {}, ghost.data(), 8}};
   RestoreResult r;
   ASSERT_TRUE(store.restore(t, ro, &r).ok());
   EXPECT_EQ(one, f.data[1]);
@@ -178,11 +178,11 @@ TEST(Store, StrictRestoreNamesMismatches) {
   ASSERT_TRUE(store.save(req).ok());
   std::vector<float> out(20);
   RestoreResult r;
-  Status s = store.restore({{"fc1.weight", out.data(), 80, DType::kFloat32, {5, 4}}}, {}, &r);
+  Status s = store.restore({{"fc1.weight", DType::kFloat32, {5, 4}, out.data(), 80}}, {}, &r);
   EXPECT_EQ(s.code(), StatusCode::kMismatch);
   EXPECT_NE(s.message().find("fc1.weight"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("float32[4,5]"), std::string::npos) << s.message();
-  s = store.restore({{"fc2.weight", out.data(), 80, DType::kFloat32, {4, 5}}}, {}, &r);
+  s = store.restore({{"fc2.weight", DType::kFloat32, {4, 5}, out.data(), 80}}, {}, &r);
   EXPECT_EQ(s.code(), StatusCode::kMismatch);
   EXPECT_NE(s.message().find("missing in checkpoint: fc2.weight"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("unexpected in checkpoint: fc1.weight"), std::string::npos) << s.message();

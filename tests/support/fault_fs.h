@@ -47,6 +47,9 @@ class FaultInjectingFileSystem : public FileSystem {
   std::atomic<int64_t> bytes_written{0};
 
   Status open(const std::string& path, const OpenOptions& opts, std::unique_ptr<File>* out) override;
+  Status lock_exclusive(const std::string& p, const std::string& owner, std::unique_ptr<FileLock>* out) override {
+    return base_->lock_exclusive(p, owner, out);
+  }
   Status mkdir(const std::string& p) override;
   Status rename(const std::string& a, const std::string& b) override;
   Status remove_file(const std::string& p) override;
