@@ -26,9 +26,13 @@ Status CheckRank(FileSystem* fs, const std::string& dir, int64_t step, int rank,
   std::string text;
   Status s = fs->read_file(mp, format::kMaxManifestBytes, &text);
   if (!s.ok()) return Status(StatusCode::kCorruption, s.message());
+  // The data file is opened like every other file: a FIFO or device in its place is refused.
   const std::string dp = JoinPath(dir, format::RankDataName(rank));
+  std::unique_ptr<File> f;
+  s = fs->open(dp, OpenOptions{}, &f);
   uint64_t data_size = 0;
-  s = fs->file_size(dp, &data_size);
+  if (s.ok()) s = f->size(&data_size);
+  if (f) (void)f->close();
   if (!s.ok()) return Status(StatusCode::kCorruption, s.message());
   // Decoding first reports the most specific problem (version, field) before the COMMIT cross-check.
   PREEMPT_RETURN_IF_ERROR(format::DecodeManifest(text, mp, data_size, m));
@@ -46,11 +50,7 @@ Status CheckRank(FileSystem* fs, const std::string& dir, int64_t step, int rank,
     return Status(StatusCode::kCorruption, mp + ": field world_size is " + std::to_string(m->world_size) +
                                                ", COMMIT says " + std::to_string(c->world_size));
   }
-  // The data file is opened like every other file: a FIFO or device in its place is refused.
-  std::unique_ptr<File> f;
-  s = fs->open(dp, OpenOptions{}, &f);
-  if (!s.ok()) return Status(StatusCode::kCorruption, s.message());
-  return f->close();
+  return Status::OK();
 }
 
 Status CheckCheckpoint(FileSystem* fs, const std::string& dir, int64_t step, int rank, int world_size,

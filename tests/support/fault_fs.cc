@@ -61,6 +61,7 @@ class FaultFile final : public File {
 };
 
 Status FaultInjectingFileSystem::open(const std::string& path, const OpenOptions& opts, std::unique_ptr<File>* out) {
+  if (on_open) on_open(path);
   if (opts.direct && refuse_direct.load()) return Status::FromErrno(EINVAL, "open for write", path);
   const bool creates = opts.create && !base_->exists(path);
   if (opts.write && !Op()) return Status::FromErrno(EIO, "open for write", path);

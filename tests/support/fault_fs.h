@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -42,6 +43,10 @@ class FaultInjectingFileSystem : public FileSystem {
   std::atomic<int64_t> fail_after_ops{-1};
   std::atomic<int64_t> ops{0};
   void SimulatePowerLoss();
+
+  // Called with the path at the start of every open() (set before use; not synchronised), e.g.
+  // to let another writer retire a checkpoint at the moment a reader opens one of its files.
+  std::function<void(const std::string& path)> on_open;
 
   std::atomic<int64_t> writes{0};
   std::atomic<int64_t> bytes_written{0};
