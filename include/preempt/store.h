@@ -9,12 +9,12 @@
 // A checkpoint is written as step-N.tmp and renamed to step-N after COMMIT is durable, so a crash
 // at any instant leaves either the previous or the new checkpoint restorable, never a partial one.
 // A checkpoint is retired (retention, rewind) by renaming it out of the committed namespace
-// (step-N.retired) before it is deleted, so readers never see a half-deleted one.
+// (step-N.retired.tmp) before it is deleted, so readers never see a half-deleted one.
 //
 // Writers: the first save of a Store takes an exclusive lock on <root>/.lock.rank-<rank>, held
 // until the Store is destroyed or the process dies. The ranks of one job each hold their own; a
 // second process saving as the same rank on the same root fails fast naming the holder. Only a
-// lock holder removes leftovers (stale step-N.tmp, step-N.retired, LATEST.tmp.*). Readers
+// lock holder removes leftovers (stale step-N.tmp, step-N.retired.tmp, LATEST.tmp.*). Readers
 // (restore, list, verify, the static inspection calls) take no lock and never block on a file:
 // anything that is not a regular file where a checkpoint file belongs is refused as corruption.
 //

@@ -62,7 +62,7 @@ const char* StepDirSuffix(StepDirKind kind) {
     case StepDirKind::kCommitted: return "";
     case StepDirKind::kPartial: return ".tmp";
     case StepDirKind::kReplaced: return ".replaced.tmp";
-    case StepDirKind::kRetired: return ".retired";
+    case StepDirKind::kRetired: return ".retired.tmp";
   }
   return "";
 }

@@ -61,7 +61,7 @@ enum class StepDirKind {
   kCommitted,  // "step-00001200": committed (valid if its COMMIT and manifests check out)
   kPartial,    // "step-00001200.tmp": being written, or left by a crash
   kReplaced,   // "step-00001200.replaced.tmp": the previous copy while a step is re-saved
-  kRetired,    // "step-00001200.retired": taken out of the committed namespace, being deleted
+  kRetired,    // "step-00001200.retired.tmp": taken out of the committed namespace, being deleted
 };
 // "step-00001200" plus the suffix of `kind`. Steps are >= 0.
 std::string StepDirName(int64_t step, StepDirKind kind = StepDirKind::kCommitted);

@@ -134,7 +134,7 @@ TEST(Format, StepDirNames) {
   EXPECT_EQ(kind, StepDirKind::kPartial);
   EXPECT_TRUE(ParseStepDirName("step-00000012.replaced.tmp", &step, &kind));
   EXPECT_EQ(kind, StepDirKind::kReplaced);
-  EXPECT_TRUE(ParseStepDirName("step-00000012.retired", &step, &kind));
+  EXPECT_TRUE(ParseStepDirName("step-00000012.retired.tmp", &step, &kind));
   EXPECT_EQ(kind, StepDirKind::kRetired);
   EXPECT_FALSE(ParseStepDirName("step-12", &step, &kind));
   EXPECT_FALSE(ParseStepDirName("step--0000005", &step, &kind));

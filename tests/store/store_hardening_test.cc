@@ -262,7 +262,7 @@ TEST(Leftovers, NextSaveRemovesThemAndRepairsAnInterruptedResave) {
   // renames (step 4 moved aside, its new copy still a .tmp).
   testing::WriteFileOrDie(root + "/LATEST.tmp.12345.0", "step-00000003\n");
   fsys::copy(root + "/step-00000003", root + "/step-00000003.replaced.tmp");
-  fsys::copy(root + "/step-00000003", root + "/step-00000002.retired");
+  fsys::copy(root + "/step-00000003", root + "/step-00000002.retired.tmp");
   fsys::create_directory(root + "/step-00000009.tmp");
   fsys::rename(root + "/step-00000004", root + "/step-00000004.replaced.tmp");
   fsys::copy(root + "/step-00000004.replaced.tmp", root + "/step-00000004.tmp");
