@@ -8,8 +8,9 @@
 #     configures tests/consumer/add_subdirectory, which adds <preempt source dir> itself, builds it
 #     and runs it. Its build directory is kept between runs (incremental: it compiles preempt).
 # <torch ON|OFF>: whether preempt was built with LibTorch; ON requires the runtime part.
+# CONSUMER_CMAKE_ARGS: extra arguments for configuring the consumer project; JOBS (default 2).
 set -euo pipefail
-[[ $# -eq 5 ]] || { sed -n '2,11p' "$0"; exit 2; }
+[[ $# -eq 5 ]] || { sed -n '2,12p' "$0"; exit 2; }
 mode=$1 src=$2 build=$3 work=$4 torch=$5
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 jobs=${JOBS:-2}
@@ -22,11 +23,11 @@ case "$mode" in
     rm -rf "$work/build"
     # Only the install prefix is given: everything else must come from preemptConfig.cmake.
     cmake -S "$here/find_package" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_PREFIX_PATH="$work/prefix" -DCONSUMER_WITH_TORCH="$torch" ;;
+      -DCMAKE_PREFIX_PATH="$work/prefix" -DCONSUMER_WITH_TORCH="$torch" ${CONSUMER_CMAKE_ARGS:-} ;;
   add_subdirectory)
     cmake -S "$here/add_subdirectory" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
-      -DPREEMPT_SOURCE_DIR="$src" -DCONSUMER_WITH_TORCH="$torch" ;;
-  *) sed -n '2,11p' "$0"; exit 2 ;;
+      -DPREEMPT_SOURCE_DIR="$src" -DCONSUMER_WITH_TORCH="$torch" ${CONSUMER_CMAKE_ARGS:-} ;;
+  *) sed -n '2,12p' "$0"; exit 2 ;;
 esac
 cmake --build "$work/build" -j"$jobs" --target consumer
 PREEMPT_LOG_LEVEL=warn "$work/build/consumer" "$work/run"
