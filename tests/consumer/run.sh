@@ -25,6 +25,7 @@ case "$mode" in
     cmake -S "$here/find_package" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$work/prefix" -DCONSUMER_WITH_TORCH="$torch" ${CONSUMER_CMAKE_ARGS:-} ;;
   add_subdirectory)
+    rm -f "$work/build/CMakeCache.txt"  # a fresh configure; the objects are kept
     cmake -S "$here/add_subdirectory" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
       -DPREEMPT_SOURCE_DIR="$src" -DCONSUMER_WITH_TORCH="$torch" ${CONSUMER_CMAKE_ARGS:-} ;;
   *) sed -n '2,12p' "$0"; exit 2 ;;
