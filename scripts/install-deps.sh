@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages preempt needs, only those missing. Safe to run repeatedly.
 set -euo pipefail
-PKGS=(cmake g++ clang libclang-rt-14-dev pkg-config make
-      libtorch-dev libgloo-dev liburing-dev libcereal-dev rapidjson-dev libxxhash-dev
-      libgtest-dev libgmock-dev libbenchmark-dev pybind11-dev python3-torch python3-pytest
-      python3-matplotlib fio)
+# Build: cmake, make, g++; clang + its runtime for libFuzzer; ccache (used when present).
+# Libraries: LibTorch (+ gloo headers for c10d), liburing, cereal, rapidjson, xxHash, GoogleTest.
+# Python package: pybind11, python3-torch, pytest. Benchmarks: fio, python3-torch (torch.save
+# baseline), matplotlib (benchmarks/sched/plot_sched.py). SLURM backend tests: slurm-wlm, munge.
+PKGS=(cmake make g++ clang libclang-rt-14-dev pkg-config ccache
+      libtorch-dev libgloo-dev liburing-dev libcereal-dev rapidjson-dev libxxhash-dev libgtest-dev
+      pybind11-dev python3-torch python3-pytest
+      fio python3-matplotlib
+      slurm-wlm munge)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

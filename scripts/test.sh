@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test:
-#   1. release build, all tests (core, torch, runtime, scheduler, Python)
+#   1. release build, all tests (core, torch, runtime, scheduler, and the consumer projects that
+#      build the library with find_package after `cmake --install` and with add_subdirectory)
 #   2. ASan+UBSan build of the torch-free parts, their tests
 #   3. TSan build of the torch-free parts, the threaded tests
 #   4. libFuzzer on the manifest/COMMIT parsers for a fixed time
