@@ -228,6 +228,8 @@ class Runtime:
                 [int(_C.stop_requested()), int(self._checkpoint_requested()), -remaining_ms])
         if stop:
             return self._stop_path(step)
+        if not requested and not periodic:
+            return Action.CONTINUE
         self._ensure_store()
         h = self.state.checkpoint(self.store, step + 1, wait_for_staging=bool(requested))
         self._last_ckpt_at = time.monotonic()
