@@ -82,4 +82,5 @@ PYBIND11_MODULE(_C, m) {
   });
   pp::BindStore(m);
   pp::BindSignal(m);
+  pp::BindHints(m);
 }

@@ -30,7 +30,8 @@ import torch
 import torch.distributed as dist
 
 from . import _C
-from ._state import SaveHandle, TrainingState
+from ._hints import HintsPublisher, default_job
+from ._state import TrainingState
 
 EXIT_PREEMPTED = 143
 EXIT_STOP_FAILED = 75
@@ -106,13 +107,18 @@ class Runtime:
     track_rng                    torch CPU/CUDA, `random` and NumPy generators (default True)
     metadata                     str -> str stored in every checkpoint's manifest
     io_backend, direct_io        "auto" | "uring" | "posix", "auto" | "on" | "off"
+    reserve_staging              allocate staging in the background after the first step (when the
+                                 optimizer state exists), so no checkpoint pays for it
+    hints_path, job, gpus        rank 0 publishes preempt.hints/1 there (default env
+                                 PREEMPT_HINTS_FILE; unset: no hints); job default PREEMPT_JOB or
+                                 the directory's name
     """
 
     def __init__(self, dir, *, every_steps=0, every_seconds=0.0, keep_last=3, check_every=1,
                  grace_s=None, reserve_s=None, stop_signals=None, checkpoint_signals=None,
                  install_signal_handlers=True, process_group=None, staging_buffers=2, track_rng=True,
                  metadata=None, io_backend="auto", direct_io="auto", exit_code_preempted=EXIT_PREEMPTED,
-                 exit_code_failed=EXIT_STOP_FAILED):
+                 exit_code_failed=EXIT_STOP_FAILED, hints_path=None, job=None, gpus=0, reserve_staging=True):
         if not dir:
             raise _C.InvalidArgumentError("Runtime: dir is required")
         for key, v in (("every_steps", every_steps), ("every_seconds", every_seconds), ("check_every", check_every - 1)):
@@ -125,6 +131,7 @@ class Runtime:
                 f"Runtime: {self.dir} is not a preempt checkpoint directory (it holds '{foreign}'); "
                 "use an empty or new directory")
         self.every_steps, self.every_seconds = int(every_steps), float(every_seconds)
+        self._reserve_staging = bool(reserve_staging) and (every_steps > 0 or every_seconds > 0)
         self.check_every = int(check_every)
         self._exit_preempted, self._exit_failed = exit_code_preempted, exit_code_failed
         self._store_args = dict(keep_last=keep_last, io_backend=io_backend, direct_io=direct_io)
@@ -138,6 +145,10 @@ class Runtime:
                                        reserve_s=-1.0 if reserve_s is None else float(reserve_s))
             self._handlers = True
         self._ckpt_signals_seen = _C.checkpoint_request_count()
+        hints_path = hints_path if hints_path is not None else _C.hints_path_from_env()
+        self._hints = None
+        if hints_path and self.rank == 0:
+            self._hints = HintsPublisher(os.fspath(hints_path), job or default_job(self.dir), _C.grace_s(), int(gpus))
         self._last_ckpt_at = time.monotonic()
         self._stopped = False
         self._pending = []
@@ -202,6 +213,9 @@ class Runtime:
         if result > 0:
             self.stats["last_commit_step"] = result
         self._last_ckpt_at = time.monotonic()
+        if self._hints:
+            self._hints.step = result
+            self._hints.publish("training")
         return result
 
     # ---- per step -----------------------------------------------------------------------------
@@ -210,8 +224,12 @@ class Runtime:
         if self._stopped:
             return Action.STOP
         self.stats["steps"] += 1
+        if self._hints:
+            self._hints.on_step(step)
         if self._pending:
             self._reap()
+        if self._reserve_staging and self.stats["steps"] == 1:
+            self.state.reserve_async()
         periodic = (self.every_steps > 0 and (step + 1) % self.every_steps == 0) or (
             self.every_seconds > 0 and time.monotonic() - self._last_ckpt_at >= self.every_seconds)
         if self._group.world_size == 1:
@@ -257,7 +275,11 @@ class Runtime:
             if err is None:
                 self.stats["checkpoints_committed"] += 1
                 self.stats["last_commit_step"] = max(self.stats["last_commit_step"], h.step)
-                self.stats["persist_s"] = h.stats()["total_s"]
+                st = h.stats()
+                self.stats["persist_s"] = st["total_s"]
+                if self._hints and h.step == self.stats["last_commit_step"]:
+                    self._hints.on_commit(h.step, h.path, st["bytes"], getattr(h, "stall_s", 0.0), st["total_s"])
+                    self._hints.publish("stopped" if self._stopped else "training")
             elif self.state.first_error is None:
                 self.state.first_error = err
         self._pending = still
@@ -265,6 +287,8 @@ class Runtime:
     def _stop_path(self, step):
         self._ensure_store()
         self._stopped = True
+        if self._hints:
+            self._hints.publish("stopping")
         self.stats["stop_step"] = step
         remaining = _C.stop_remaining_s()
         timeout = None if remaining == float("inf") else max(0.0, remaining)
@@ -286,6 +310,11 @@ class Runtime:
             if t_ns:
                 self.stats["signal_to_commit_s"] = time.time() - t_ns / 1e9
         self._reap()
+        if self._hints:
+            if not failed:
+                self._hints.on_commit(step + 1, h.path, self.state.stats["last_bytes"],
+                                      self.state.stats["last_stall_s"], h.stats()["total_s"])
+            self._hints.publish("stopped", lost_work_s=0.0 if not failed else None)
         return Action.STOP
 
     # ---- explicit saves and the end -----------------------------------------------------------

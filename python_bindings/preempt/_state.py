@@ -17,6 +17,7 @@ Not thread-safe: one training thread drives it.
 """
 
 import json
+import threading
 import time
 
 import torch
@@ -99,20 +100,29 @@ class Staging:
     def busy(self):
         return self.handle is not None and not self.handle.done()
 
+    @staticmethod
+    def allocate(nbytes):
+        """Pre-faulted memory (releases the GIL while faulting pages in)."""
+        if torch.cuda.is_available():
+            memory = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            memory.zero_()
+            return memory
+        return _C.Buffer(nbytes, prefault=True)
+
+    def adopt(self, memory, nbytes):
+        self.memory = memory
+        if isinstance(memory, torch.Tensor):
+            self.view, self.address = memory, memory.data_ptr()
+        else:
+            self.view, self.address = torch.frombuffer(memory, dtype=torch.uint8), memory.address
+        self.capacity = nbytes
+
     def ensure(self, nbytes):
         if self.capacity >= nbytes:
             return 0.0
         t0 = time.perf_counter()
         self.memory = self.view = None
-        if torch.cuda.is_available():
-            self.memory = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-            self.memory.zero_()  # pre-fault
-            self.view, self.address = self.memory, self.memory.data_ptr()
-        else:
-            self.memory = _C.Buffer(nbytes, prefault=True)
-            self.view = torch.frombuffer(self.memory, dtype=torch.uint8)
-            self.address = self.memory.address
-        self.capacity = nbytes
+        self.adopt(self.allocate(nbytes), nbytes)
         return time.perf_counter() - t0
 
 
@@ -126,6 +136,7 @@ class TrainingState:
         self.first_error = None
         self.stats = {"snapshots": 0, "skipped": 0, "last_stall_s": 0.0, "last_bytes": 0, "last_alloc_s": 0.0}
         self._in_place = []  # handles of in-place saves (they reference live tensors)
+        self._reserving = None  # (thread, {staging index: memory}, nbytes)
         if track_rng:
             self.tracked.append(Tracked("rng", RngState(), raw_bytes=True, optional_entries=True))
 
@@ -180,8 +191,44 @@ class TrainingState:
             if err is not None:
                 self.first_error = err
 
+    def layout_bytes(self, pieces=None):
+        pieces = self.collect()[0] if pieces is None else pieces
+        off = 0
+        for p in pieces:
+            off = (off + _ALIGN - 1) // _ALIGN * _ALIGN + p.nbytes
+        return max(off, 1)
+
+    def reserve_async(self):
+        """Allocates staging for the current layout on a background thread (pre-faulting a large
+        buffer takes seconds on a VM); the next snapshot waits for it only if it is not done."""
+        need = self.layout_bytes()
+        slots = [i for i, s in enumerate(self.staging) if s.capacity < need and not s.busy()]
+        if not slots or self._reserving is not None:
+            return
+        made = {}
+
+        def run():
+            for i in slots:
+                made[i] = Staging.allocate(need)
+
+        th = threading.Thread(target=run, name="preempt-staging", daemon=True)
+        th.start()
+        self._reserving = (th, made, need)
+
+    def _adopt_reserved(self):
+        if self._reserving is None:
+            return
+        th, made, need = self._reserving
+        th.join()
+        self._reserving = None
+        for i, memory in made.items():
+            s = self.staging[i]
+            if s.capacity < need and not s.busy():
+                s.adopt(memory, need)
+
     def snapshot(self, step, *, wait_for_staging):
         """Copies the state into staging. Returns (staging, items, metadata) or None when skipped."""
+        self._adopt_reserved()
         s = self._free_staging(wait_for_staging)
         if s is None:
             self.stats["skipped"] += 1
@@ -222,6 +269,7 @@ class TrainingState:
             return None
         s, items, meta = staged
         s.handle = SaveHandle(store.save_async(step, items, meta, keepalive=s.memory), staged=True)
+        s.handle.stall_s = self.stats["last_stall_s"]
         return s.handle
 
     def checkpoint_in_place(self, store, step):
@@ -340,6 +388,7 @@ class SaveHandle:
     def __init__(self, native, staged):
         self._native = native
         self.staged = staged
+        self.stall_s = 0.0  # the copy into staging that preceded this save
 
     @property
     def step(self):

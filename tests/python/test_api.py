@@ -233,3 +233,25 @@ def test_distributed_sampler_splits_the_epoch():
     s = preempt.ResumableSampler(10, seed=1, num_replicas=3, rank=1)
     s.set_epoch(1)
     assert list(s) != parts[1]
+
+
+def test_rank0_publishes_hints(tmp_path):
+    import json
+    hints = str(tmp_path / "hints.json")
+    model = make_model()
+    rt = preempt.Runtime(tmp_path / "ck", every_steps=2, hints_path=hints, job="job-7", gpus=0)
+    rt.track("model", model)
+    rt.restore()
+    h = json.loads(_C.read_hints_json(hints))
+    assert (h["schema"], h["job"], h["state"], h["last_commit"]["step"]) == ("preempt.hints/1", "job-7", "training", -1)
+    for step in range(2):
+        rt.step_end(step)
+    rt.wait()
+    rt.step_end(2)  # reaps the committed save and republishes
+    h = json.loads(_C.read_hints_json(hints))
+    assert h["last_commit"]["step"] == 2 and h["cost"]["persist_s"] > 0 and h["grace"]["needed_s"] > 1
+    preempt.request_stop()
+    assert rt.step_end(3) == preempt.STOP
+    h = json.loads(_C.read_hints_json(hints))
+    assert (h["state"], h["step"], h["last_commit"]["step"], h["lost_work_s"]) == ("stopped", 4, 4, 0)
+    rt.close()
