@@ -24,6 +24,7 @@ Thread-safety: the training thread only.
 
 import enum
 import os
+import sys
 import time
 
 import torch
@@ -82,7 +83,6 @@ class _Group:
                     f"Runtime: WORLD_SIZE={world} but torch.distributed is not initialized; call "
                     "torch.distributed.init_process_group() before creating the Runtime")
             self.rank, self.world_size, self.device = 0, 1, torch.device("cpu")
-        self._buf = torch.zeros(3, dtype=torch.int64, device=self.device)
 
     def max(self, values):
         if self.world_size == 1:
@@ -203,13 +203,14 @@ class Runtime:
             if not failed:
                 result = candidate
                 break
-            if problem is not None and self.world_size == 1:
-                raise problem
+            if problem is not None:
+                print(f"[preempt] restore of step {candidate} failed on rank {self.rank}: {problem}", file=sys.stderr)
             candidate = -neg_older
             if candidate < 0:
                 if problem is not None:
                     raise problem
                 raise _C.CorruptionError(f"restore: no checkpoint in {self.dir} could be restored on every rank")
+            print(f"[preempt] falling back to the older checkpoint step {candidate}", file=sys.stderr)
         if result > 0:
             self.stats["last_commit_step"] = result
         self._last_ckpt_at = time.monotonic()

@@ -126,3 +126,18 @@ def test_bad_arguments_are_refused():
     rt.track("m", model())
     with pytest.raises(preempt.InvalidArgumentError, match="already tracked"):
         rt.track("m", model())
+
+
+def test_runtime_falls_back_to_the_older_checkpoint(tmp_path):
+    m = model()
+    preempt.save({"model": m}, tmp_path, step=4)
+    with torch.no_grad():
+        m[0].weight.add_(1)
+    preempt.save({"model": m}, tmp_path, step=8)
+    flip_byte(tmp_path / "step-00000008" / "rank-00000.bin")
+    target = model()
+    rt = preempt.Runtime(tmp_path, track_rng=False, install_signal_handlers=False)
+    rt.track("model", target)
+    assert rt.restore() == 4
+    assert torch.equal(target[0].weight, model()[0].weight)
+    rt.close()
