@@ -231,26 +231,31 @@ class Runtime:
             self._reap()
         if self._reserve_staging and self.stats["steps"] == 1:
             self.state.reserve_async()
-        periodic = (self.every_steps > 0 and (step + 1) % self.every_steps == 0) or (
-            self.every_seconds > 0 and time.monotonic() - self._last_ckpt_at >= self.every_seconds)
+        # every_steps is the same on every rank; a time-based or signalled checkpoint is agreed.
+        periodic = self.every_steps > 0 and (step + 1) % self.every_steps == 0
+        time_due = self.every_seconds > 0 and time.monotonic() - self._last_ckpt_at >= self.every_seconds
+        remaining_s = None
         if self._group.world_size == 1:
             stop = _C.stop_requested()
-            requested = self._checkpoint_requested()
+            requested = self._checkpoint_requested() or time_due
             if not stop and not requested and not periodic:
                 return Action.CONTINUE
         else:
             if (self.stats["steps"] % self.check_every) != 0 and not periodic:
                 return Action.CONTINUE
-            remaining_ms = _C.stop_remaining_s()
-            remaining_ms = _NO_DEADLINE_MS if remaining_ms == float("inf") else int(remaining_ms * 1000)
-            stop, requested, _ = self._group.max(
-                [int(_C.stop_requested()), int(self._checkpoint_requested()), -remaining_ms])
+            local_s = _C.stop_remaining_s()
+            local_ms = _NO_DEADLINE_MS if local_s == float("inf") else int(local_s * 1000)
+            stop, requested, neg_ms = self._group.max(
+                [int(_C.stop_requested()), int(self._checkpoint_requested() or time_due), -local_ms])
+            if -neg_ms != _NO_DEADLINE_MS:
+                remaining_s = -neg_ms / 1000.0  # the earliest deadline of all ranks
         if stop:
-            return self._stop_path(step)
+            return self._stop_path(step, remaining_s)
         if not requested and not periodic:
             return Action.CONTINUE
         self._ensure_store()
-        h = self.state.checkpoint(self.store, step + 1, wait_for_staging=bool(requested))
+        # Wait for a free staging buffer rather than skip: every rank must write the same steps.
+        h = self.state.checkpoint(self.store, step + 1, wait_for_staging=True)
         self._last_ckpt_at = time.monotonic()
         if h is None:
             return Action.CONTINUE
@@ -285,13 +290,13 @@ class Runtime:
                 self.state.first_error = err
         self._pending = still
 
-    def _stop_path(self, step):
+    def _stop_path(self, step, remaining_s=None):
         self._ensure_store()
         self._stopped = True
         if self._hints:
             self._hints.publish("stopping")
         self.stats["stop_step"] = step
-        remaining = _C.stop_remaining_s()
+        remaining = _C.stop_remaining_s() if remaining_s is None else remaining_s
         timeout = None if remaining == float("inf") else max(0.0, remaining)
         ok, problem = True, ""
         try:
