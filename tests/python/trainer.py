@@ -8,6 +8,7 @@ digest of every parameter, buffer, optimizer tensor and the learning rate.
 """
 
 import argparse
+import faulthandler
 import hashlib
 import os
 import signal
@@ -58,6 +59,7 @@ def main():
     ap.add_argument("--kill-at", type=int, default=-1, help="SIGKILL this process after that step (rank --kill-rank)")
     ap.add_argument("--kill-rank", type=int, default=0)
     a = ap.parse_args()
+    faulthandler.dump_traceback_later(150, exit=True)  # a hang leaves its stacks in the stderr file
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
