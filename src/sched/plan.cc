@@ -422,7 +422,8 @@ std::string DecisionsToJson(const ClusterState& st, const Decisions& d) {
   o << "{\"actions\":[";
   for (size_t i = 0; i < d.actions.size(); ++i) {
     const auto& a = d.actions[i];
-    o << (i ? "," : "") << "{\"action\":\"" << ActionKindName(a.kind) << "\",\"job\":" << JsonEscape(a.job)
+    o << (i ? "," : "") << "{\"action\":\"" << ActionKindName(a.kind) << "\",\"mode\":\"" << EvictionModeName(a.mode)
+      << "\",\"job\":" << JsonEscape(a.job)
       << ",\"node\":" << JsonEscape(a.node >= 0 && a.node < static_cast<int>(st.nodes.size()) ? st.nodes[a.node].name : "")
       << ",\"for\":" << JsonEscape(a.for_job) << ",\"est_lost_gpu_s\":" << a.est_lost_gpu_s
       << ",\"grace_s\":" << a.grace_s << ",\"move_to\":"

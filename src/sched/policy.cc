@@ -15,12 +15,16 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string Fmt(const char* fmt, ...) {
-  char buf[512];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_list again;
+  va_copy(again, ap);
+  const int n = vsnprintf(nullptr, 0, fmt, ap);
   va_end(ap);
-  return buf;
+  std::string out(n > 0 ? static_cast<size_t>(n) : 0, '\0');
+  if (n > 0) vsnprintf(out.data(), out.size() + 1, fmt, again);
+  va_end(again);
+  return out;
 }
 
 double FullRestoreOf(const Job& j, const PolicyConfig& c) { return j.restore_s >= 0 ? j.restore_s : c.restore_s; }
@@ -31,17 +35,9 @@ double RestoreOf(const Job& j, const PolicyConfig& c) {
   return FullRestoreOf(j, c);
 }
 
-// How a victim would be preempted and what it would cost.
-enum class Mode {
-  kSigterm,     // SIGTERM with the job's own grace period (it saves there if it can)
-  kSaveInGrace, // hint-aware: SIGTERM, and its hints say the save fits the grace it is granted
-  kCheckpoint,  // checkpoint request first, evict after the commit
-  kKillCheap,   // hint-aware: kill at once, its uncommitted work is below what a save would lose
-  kKillSmall,   // hint-aware, for a high preemptor: kill at once, uncommitted work <= kill_now_max_lost_s
-  kKillSlow,    // hint-aware, for a high preemptor: kill at once, a save would outlast its tolerable wait
-};
+// What preempting a victim would cost, and how it would leave.
 struct VictimCost {
-  Mode mode = Mode::kSigterm;
+  EvictionMode mode = EvictionMode::kSigterm;
   bool checkpoint_first = false;
   double lost_gpu_s = 0;  // GPU-seconds lost including the restore
   double wait_s = 0;      // how long the preemptor waits for this victim (expected save time)
@@ -81,16 +77,16 @@ VictimCost CostOf(const Job& v, double now, const PolicyConfig& c, bool for_high
                     (c.tolerable_kill_max_lost_s <= 0 || lost <= c.tolerable_kill_max_lost_s);
     if (too_slow) sig_ok = ckpt_ok = false;
     if (for_high && c.kill_now_max_lost_s > 0 && lost <= c.kill_now_max_lost_s) {
-      out.mode = Mode::kKillSmall;
+      out.mode = EvictionMode::kKillSmall;
       out.grace_s = 0;
     } else if ((save_lost < lost || !c.kill_when_cheaper) && (sig_ok || ckpt_ok)) {
-      out.mode = sig_ok ? Mode::kSaveInGrace : Mode::kCheckpoint;
+      out.mode = sig_ok ? EvictionMode::kSaveInGrace : EvictionMode::kCheckpointFirst;
       out.checkpoint_first = !sig_ok;
       lost = save_lost;
       out.wait_s = save_wait;
       saves = true;
     } else {
-      out.mode = too_slow && save_lost < lost ? Mode::kKillSlow : Mode::kKillCheap;
+      out.mode = too_slow && save_lost < lost ? EvictionMode::kKillSlow : EvictionMode::kKillCheap;
       out.grace_s = 0;
     }
   }
@@ -121,10 +117,10 @@ std::vector<int> TakeUntilFreed(const std::vector<int>& gpus_in_order, int need)
 const char* HowText(const VictimCost& vc) {
   if (vc.checkpoint_first) return "checkpoint first";
   switch (vc.mode) {
-    case Mode::kSaveInGrace: return "SIGTERM, saves within its grace";
-    case Mode::kKillCheap: return "kill now (less uncommitted than a save loses)";
-    case Mode::kKillSlow: return "kill now (save too slow)";
-    case Mode::kKillSmall: return "kill now (little uncommitted work)";
+    case EvictionMode::kSaveInGrace: return "SIGTERM, saves within its grace";
+    case EvictionMode::kKillCheap: return "kill now (less uncommitted than a save loses)";
+    case EvictionMode::kKillSlow: return "kill now (save too slow)";
+    case EvictionMode::kKillSmall: return "kill now (little uncommitted work)";
     default: return "SIGTERM with its own grace";
   }
 }
@@ -213,6 +209,21 @@ const char* WaitCauseName(WaitCause c) {
     case WaitCause::kOther: return "other";
   }
   return "other";
+}
+
+const char* EvictionModeName(EvictionMode m) {
+  switch (m) {
+    case EvictionMode::kNone: return "none";
+    case EvictionMode::kSigterm: return "sigterm";
+    case EvictionMode::kSaveInGrace: return "save-in-grace";
+    case EvictionMode::kCheckpointFirst: return "checkpoint-first";
+    case EvictionMode::kKillCheap: return "kill-cheap";
+    case EvictionMode::kKillSmall: return "kill-small";
+    case EvictionMode::kKillSlow: return "kill-slow";
+    case EvictionMode::kAfterCommit: return "after-commit";
+    case EvictionMode::kAfterDeadline: return "after-deadline";
+  }
+  return "none";
 }
 
 const char* ActionKindName(ActionKind k) {
@@ -316,7 +327,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       w = std::max(w, left);
     }
     if (j.phase != JobPhase::kCheckpointing) continue;
-    Action a;
+    JobAction a;
     a.kind = ActionKind::kEvict;
     a.job = j.id;
     a.job_index = i;
@@ -324,6 +335,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     a.for_job = j.preemptor;
     a.for_index = p != index_of.end() ? p->second : -1;
     bool acked = j.hints && j.hints->request_ack >= j.request_id;
+    a.mode = acked ? EvictionMode::kAfterCommit : EvictionMode::kAfterDeadline;
     if (acked) {
       a.est_lost_gpu_s = j.gpus * (EstimatedLostWork(j, now, cfg) + RestoreOf(j, cfg));
       // The commit is durable: kill at once rather than wait for a second save on SIGTERM.
@@ -413,7 +425,7 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
 
   auto start_job = [&](int ji, int node, const std::string& why) {
     const Job& j = jobs[ji];
-    Action a;
+    JobAction a;
     a.kind = ActionKind::kStart;
     a.job = j.id;
     a.job_index = ji;
@@ -606,9 +618,9 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
     const double spacing = cfg.cooldown_s + cfg.min_runtime_s;
     if (now < v.last_moved + spacing || now < v.last_preempted + spacing) return false;
     const VictimCost& c = vcost[vi];
-    if (c.mode == Mode::kSigterm) return false;
+    if (c.mode == EvictionMode::kSigterm) return false;
     // Killing it would throw away more than its save loses: it must be able to save.
-    return c.mode != Mode::kKillCheap || lostw[vi] <= v.hints->cost.stall_s + v.hints->cost.persist_s;
+    return c.mode != EvictionMode::kKillCheap || lostw[vi] <= v.hints->cost.stall_s + v.hints->cost.persist_s;
   };
   // Lower-priority victims on `node` a high job could take now (not chosen, past minimum run time),
   // cheapest first.
@@ -849,8 +861,9 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       const Job& v = jobs[s.vi];
       const VictimCost& vc = s.cost;
       chosen[s.vi] = 1;
-      Action a;
+      JobAction a;
       a.kind = vc.checkpoint_first ? ActionKind::kRequestCheckpoint : ActionKind::kEvict;
+      a.mode = vc.mode;
       a.grace_s = vc.grace_s;
       a.job = v.id;
       a.job_index = s.vi;
@@ -1040,8 +1053,9 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       chosen[vi] = 1;
       VictimCost vc = cfg.kind == PolicyKind::kHintAware ? best.costs[k] : VictimCost{};
       if (cfg.kind != PolicyKind::kHintAware) vc.lost_gpu_s = v.gpus * (EstimatedLostWork(v, now, cfg) + RestoreOf(v, cfg));
-      Action a;
+      JobAction a;
       a.kind = vc.checkpoint_first ? ActionKind::kRequestCheckpoint : ActionKind::kEvict;
+      a.mode = vc.mode;
       a.grace_s = vc.grace_s;
       a.job = v.id;
       a.job_index = vi;
@@ -1054,22 +1068,22 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
         a.reason = Fmt("k8s order: %s victim on %s for %s job %s (%d victim(s) on node, started %.0f s ago)",
                        PriorityClassName(v.cls), st.nodes[best.node].name.c_str(), PriorityClassName(j.cls),
                        j.id.c_str(), best.count, now - v.start_time);
-      } else if (vc.mode == Mode::kSaveInGrace) {
+      } else if (vc.mode == EvictionMode::kSaveInGrace) {
         a.reason = Fmt("least lost work on %s for %s job %s: SIGTERM, saves within its %.0f s grace (needs %.1f s), "
                        "loses %.0f GPU-s incl. restore vs %.0f s uncommitted now",
                        st.nodes[best.node].name.c_str(), PriorityClassName(j.cls), j.id.c_str(),
                        v.hints->grace.granted_s, vc.wait_s, vc.lost_gpu_s, uncommitted);
-      } else if (vc.mode == Mode::kKillSmall) {
+      } else if (vc.mode == EvictionMode::kKillSmall) {
         a.reason = Fmt("least lost work on %s for high job %s: kill now, only %.0f s uncommitted (<= %.0f s, no "
                        "wait for a save), %.0f GPU-s incl. restore",
                        st.nodes[best.node].name.c_str(), j.id.c_str(), uncommitted, cfg.kill_now_max_lost_s,
                        vc.lost_gpu_s);
-      } else if (vc.mode == Mode::kKillSlow) {
+      } else if (vc.mode == EvictionMode::kKillSlow) {
         a.reason = Fmt("least lost work on %s for high job %s: kill now, its save (%.1f s) would outlast the %.0f s "
                        "tolerable wait%s; %.0f s uncommitted, %.0f GPU-s incl. restore",
                        st.nodes[best.node].name.c_str(), j.id.c_str(), vc.save_s, TolerableWait(v, cfg),
                        cfg.high_tolerable_wait_s < 0 ? " (its grace period)" : "", uncommitted, vc.lost_gpu_s);
-      } else if (vc.mode == Mode::kKillCheap) {
+      } else if (vc.mode == EvictionMode::kKillCheap) {
         a.reason = Fmt("least lost work on %s for %s job %s: kill now, %.0f s uncommitted is less than a save "
                        "would lose, %.0f GPU-s incl. restore",
                        st.nodes[best.node].name.c_str(), PriorityClassName(j.cls), j.id.c_str(), uncommitted,
@@ -1133,8 +1147,9 @@ Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
       }
       const VictimCost& vc = cost_of[vi];
       chosen[vi] = 1;
-      Action a;
+      JobAction a;
       a.kind = vc.checkpoint_first ? ActionKind::kRequestCheckpoint : ActionKind::kEvict;
+      a.mode = vc.mode;
       a.job = v.id;
       a.job_index = vi;
       a.node = v.node;

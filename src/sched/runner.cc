@@ -160,7 +160,7 @@ Status RunJobs(const std::vector<RunJobSpec>& specs, const RunOptions& opt, std:
     }
     st.now = now;
     Decisions d = Decide(st, opt.policy);
-    for (const Action& a : d.actions) {
+    for (const JobAction& a : d.actions) {
       int k = job_of(a.job);
       if (k < 0) continue;
       Job& j = st.jobs[k];

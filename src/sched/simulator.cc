@@ -631,7 +631,7 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
     decide_total_us += us;
     m.decide_max_us = std::max(m.decide_max_us, us);
 
-    for (const Action& a : d.actions) {
+    for (const JobAction& a : d.actions) {
       Job& j = cs.jobs[a.job_index];
       int i = static_cast<int>(j.user);
       SimJob& s = sj[i];

@@ -125,7 +125,7 @@ void CheckDecisions(const ClusterState& st, const PolicyConfig& p, const Decisio
     if (j.move_to >= 0 && j.phase != JobPhase::kRunning) used[j.move_to] += j.gpus;
   }
   std::vector<char> seen(nj, 0);
-  for (const Action& a : d.actions) {
+  for (const JobAction& a : d.actions) {
     if (a.job_index < 0 || a.job_index >= nj || st.jobs[a.job_index].id != a.job) fail("action names no job");
     if (seen[a.job_index]++) fail("job " + a.job + " in two actions");
     if (a.node < 0 || a.node >= nn || a.to_node >= nn) fail("action names a node out of range");

@@ -55,7 +55,7 @@ struct B {  // a small builder for cluster states
   }
 };
 
-const Action* Find(const Decisions& d, const std::string& job) {
+const JobAction* Find(const Decisions& d, const std::string& job) {
   for (const auto& a : d.actions)
     if (a.job == job) return &a;
   return nullptr;
@@ -251,7 +251,7 @@ TEST(Policy, PrefersLowerClassAndNeverEqualOrHigher) {
   b.Pend("hi", H, 2);
   b.Pend("med2", M, 2);
   Decisions d = Decide(b.st, Hint());
-  const Action* low = Find(d, "low");
+  const JobAction* low = Find(d, "low");
   ASSERT_TRUE(low) << Dump(d);
   EXPECT_EQ(low->for_job, "hi");
   EXPECT_FALSE(Find(d, "high")) << Dump(d);
@@ -416,10 +416,10 @@ TEST(Policy, NonHighPreemptDelayTable) {
     PolicyConfig cfg = Hint();
     cfg.nonhigh_preempt_delay_s = c.delay_s;
     Decisions d = Decide(b.st, cfg);
-    const Action* victim = Find(d, "low");
+    const JobAction* victim = Find(d, "low");
     EXPECT_EQ(victim != nullptr, c.preempts) << c.name << "\n" << Dump(d);
     if (c.free_gpu) {
-      const Action* start = Find(d, "p");
+      const JobAction* start = Find(d, "p");
       ASSERT_TRUE(start) << c.name << "\n" << Dump(d);
       EXPECT_EQ(start->kind, ActionKind::kStart) << c.name;
     }
@@ -535,7 +535,7 @@ TEST(Policy, CheckpointingVictimIsEvictedAfterAckOrDeadline) {
     PolicyConfig p = Hint();
     p.checkpoint_deadline_s = 120;
     Decisions d = Decide(b.st, p);
-    const Action* a = Find(d, "v");
+    const JobAction* a = Find(d, "v");
     EXPECT_EQ(a != nullptr, c.evict) << c.name << Dump(d);
     if (a) {
       EXPECT_EQ(a->kind, ActionKind::kEvict);
@@ -728,8 +728,8 @@ TEST(Policy, SlowSaverIsKilledOnlyForMultiGpuPreemptors) {
     b.Run("fast", L, 1, 0, 3600, fast());
     b.Pend("big", H, 2);
     Decisions d = Decide(b.st, HintAwareNoRulesPolicy());
-    const Action* s = Find(d, "slow");
-    const Action* f = Find(d, "fast");
+    const JobAction* s = Find(d, "slow");
+    const JobAction* f = Find(d, "fast");
     ASSERT_NE(s, nullptr) << Dump(d);
     ASSERT_NE(f, nullptr) << Dump(d);
     EXPECT_EQ(s->kind, ActionKind::kEvict) << Dump(d);
@@ -742,7 +742,7 @@ TEST(Policy, SlowSaverIsKilledOnlyForMultiGpuPreemptors) {
     b.Run("slow", L, 1, 0, 3600, slow());
     b.Pend("small", H, 1);
     Decisions d = Decide(b.st, HintAwareNoRulesPolicy());
-    const Action* s = Find(d, "slow");
+    const JobAction* s = Find(d, "slow");
     ASSERT_NE(s, nullptr) << Dump(d);
     EXPECT_EQ(s->kind, ActionKind::kRequestCheckpoint) << Dump(d);
     PolicyConfig all = HintAwareNoRulesPolicy();
@@ -769,7 +769,7 @@ TEST(Policy, KillAfterCommitTable) {
     PolicyConfig p = Hint();
     p.kill_after_commit = on;
     Decisions d = Decide(b.st, p);
-    const Action* a = Find(d, "v");
+    const JobAction* a = Find(d, "v");
     ASSERT_NE(a, nullptr) << Dump(d);
     EXPECT_EQ(a->kind, ActionKind::kEvict);
     EXPECT_EQ(a->grace_s, on ? 0 : -1) << Dump(d);
@@ -954,7 +954,7 @@ TEST(Policy, MovedJobRestartsOnItsNodeWhichIsHeldForIt) {
     Job& m = b.Pend("m", H, 1, 5000);
     m.move_to = 1;
     Decisions d = Decide(b.st, Hint());
-    const Action* a = Find(d, "m");
+    const JobAction* a = Find(d, "m");
     ASSERT_NE(a, nullptr) << Dump(d);
     EXPECT_EQ(a->kind, ActionKind::kStart);
     EXPECT_EQ(a->node, 1) << a->reason;

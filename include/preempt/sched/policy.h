@@ -195,8 +195,24 @@ enum class ActionKind {
 };
 const char* ActionKindName(ActionKind k);
 
-struct Action {
+// How a victim leaves (the decision; the reason text explains it). kNone for starts.
+enum class EvictionMode {
+  kNone,
+  kSigterm,          // SIGTERM with its own grace period (baselines, or no fresh hints): saves there if it can
+  kSaveInGrace,      // SIGTERM: its hints say its save fits the grace it is granted
+  kCheckpointFirst,  // checkpoint request first (kRequestCheckpoint), evicted after the commit
+  kKillCheap,        // kill at once: less uncommitted work than a save would lose
+  kKillSmall,        // kill at once for a high preemptor: uncommitted work <= kill_now_max_lost_s
+  kKillSlow,         // kill at once for a high preemptor: its save would outlast the tolerable wait
+  kAfterCommit,      // its requested checkpoint is durable: evicted (at once with kill_after_commit)
+  kAfterDeadline,    // its requested checkpoint missed checkpoint_deadline_s: evicted anyway
+};
+const char* EvictionModeName(EvictionMode m);  // "none" | "sigterm" | "save-in-grace" | ...
+
+// One decision about one job. (Named JobAction: preempt::Action is the runtime's per-step answer.)
+struct JobAction {
   ActionKind kind = ActionKind::kStart;
+  EvictionMode mode = EvictionMode::kNone;
   std::string job;
   int job_index = -1;           // index into ClusterState::jobs
   int node = -1;
@@ -236,7 +252,7 @@ struct WaitEstimate {  // for each high-priority job still pending after this pa
 };
 
 struct Decisions {
-  std::vector<Action> actions;
+  std::vector<JobAction> actions;
   std::vector<WaitEstimate> waits;
   // Earliest future time at which a rule that blocked something now stops blocking it
   // (cooldown end, min-runtime end, budget window, checkpoint deadline); +inf if none.

@@ -13,7 +13,7 @@
 // examples/k8s does, or one fixed value). A preempt-aware job (SimOptions::sigterm_saves) stops
 // training after draining, saves (stall + persist) and exits when the save fits its grace; otherwise it is
 // SIGKILLed when the grace ends and loses the work since its last commit. A naive job exits at
-// once. A policy may also kill a victim at once (Action::grace_s = 0). GPUs free
+// once. A policy may also kill a victim at once (JobAction::grace_s = 0). GPUs free
 // `eviction_latency_s` after the process is gone. The simulator gives the policy exact, fresh hints
 // (grace.granted_s included).
 //
