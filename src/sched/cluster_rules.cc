@@ -5,7 +5,7 @@
 namespace preempt::sched {
 
 ClusterRules::ClusterRules(PassState* pass) : p_(*pass) {
-  const PolicyConfig& cfg = p_.cfg;
+  const PolicyOptions& cfg = p_.cfg;
   budget_on_ = p_.hint && cfg.budget_window_s > 0 &&
                (cfg.budget_max_preemptions > 0 || cfg.budget_max_lost_gpu_hours > 0);
   if (!budget_on_) return;
@@ -19,7 +19,7 @@ ClusterRules::ClusterRules(PassState* pass) : p_(*pass) {
 }
 
 bool ClusterRules::InMinRuntime(const Job& v, bool overridden, bool note_release) {
-  const PolicyConfig& cfg = p_.cfg;
+  const PolicyOptions& cfg = p_.cfg;
   if (!p_.hint || cfg.min_runtime_s <= 0 || p_.now >= v.start_time + cfg.min_runtime_s) return false;
   // The override keeps the anti-thrashing spacing: a victim preempted within cooldown + minimum
   // run time is still protected.
@@ -36,7 +36,7 @@ bool ClusterRules::OverridesMinRuntime(const Job& j) const {
 std::optional<std::string> ClusterRules::ExceedsBudget(const std::vector<int>& victims,
                                                        const std::vector<VictimCost>& costs) {
   if (!budget_on_) return std::nullopt;
-  const PolicyConfig& cfg = p_.cfg;
+  const PolicyOptions& cfg = p_.cfg;
   std::map<std::string, QueueBudget> trial;
   for (size_t k = 0; k < victims.size(); ++k) {
     QueueBudget& b = trial[p_.jobs[victims[k]].queue];

@@ -15,6 +15,11 @@
 #include "preempt/sched/simulator.h"
 
 using namespace preempt;
+// The Alibaba trace shipped in the repository (data/traces/alibaba-gpu-2023).
+#ifndef PREEMPT_ALIBABA_TRACE_DIR
+#define PREEMPT_ALIBABA_TRACE_DIR "data/traces/alibaba-gpu-2023"
+#endif
+
 using namespace preempt::sched;
 
 namespace {
@@ -92,7 +97,7 @@ std::vector<std::string> Split(const std::string& s, char sep) {
   return out;
 }
 
-bool MakePolicy(const std::string& name, const Args& a, PolicyConfig* p) {
+bool MakePolicy(const std::string& name, const Args& a, PolicyOptions* p) {
   if (!PolicyByName(name, p)) {
     fprintf(stderr, "preempt-sched: unknown policy '%s'\n", name.c_str());
     return false;
@@ -120,7 +125,7 @@ int Simulate(const Args& a) {
     trace = SyntheticTrace(o);
   } else if (which == "alibaba") {
     AlibabaOptions o;
-    o.dir = a.Get("alibaba-dir", "../shared/traces/alibaba-gpu-2023");
+    o.dir = a.Get("alibaba-dir", PREEMPT_ALIBABA_TRACE_DIR);
     o.gpus = static_cast<int>(a.Num("alibaba-gpus", 0));
     o.overload = a.Num("alibaba-overload", o.overload);
     o.max_jobs = static_cast<int>(a.Num("jobs", 0));
@@ -151,7 +156,7 @@ int Simulate(const Args& a) {
   std::string csv = MetricsCsvHeader();
   int rc = 0;
   for (const auto& name : Split(a.Get("policies", "fcfs,k8s,hint-norules,hint"), ',')) {
-    PolicyConfig p;
+    PolicyOptions p;
     if (!MakePolicy(name, a, &p)) return 2;
     SimResult r;
     Status s = Simulate(trace, p, so, &r);
@@ -186,7 +191,7 @@ int Plan(const Args& a) {
     return 2;
   }
   if (!s.ok()) return Fail(s);
-  PolicyConfig p;
+  PolicyOptions p;
   if (!MakePolicy(a.Get("policy", "hint"), a, &p)) return 2;
   Decisions d = Decide(st, p);
   for (const auto& n : notes) fprintf(stderr, "note: %s\n", n.c_str());
@@ -224,7 +229,8 @@ int Run(const Args& a) {
 int main(int argc, char** argv) {
   Args a;
   if (!ParseArgs(argc, argv, &a) || a.Has("help")) {
-    fprintf(stderr, "%s", kUsage);
+    fprintf(stderr, "%s\nPolicy fields (--policy-json, the run spec's \"policy\"):\n%s", kUsage,
+            PolicyFieldsHelp().c_str());
     return 2;
   }
   if (a.cmd == "simulate") return Simulate(a);

@@ -20,7 +20,7 @@ Mover::Mover(PassState* pass, ClusterRules* rules, const VictimCosts* costs)
 // throw away more than its save loses).
 bool Mover::Movable(int vi, const Job& j) const {
   const Job& v = p_.jobs[vi];
-  const PolicyConfig& cfg = p_.cfg;
+  const PolicyOptions& cfg = p_.cfg;
   if (p_.chosen[vi] || v.cls != j.cls || v.gpus >= j.gpus || !HintsFresh(v, p_.now, cfg)) return false;
   if (rules_.InMinRuntime(v, /*overridden=*/false, /*note_release=*/false)) return false;
   const double spacing = cfg.cooldown_s + cfg.min_runtime_s;
@@ -202,7 +202,7 @@ bool Mover::PlanFeasible(const Job& j, const Plan& plan) {
 
 bool Mover::TryDefrag(int ji) {
   const Job& j = p_.jobs[ji];
-  const PolicyConfig& cfg = p_.cfg;
+  const PolicyOptions& cfg = p_.cfg;
   if (!p_.hint || cfg.defrag_max_moves <= 0 || j.cls != PriorityClass::kHigh || j.gpus < 2) return false;
   if (p_.now < j.submit_time + cfg.defrag_min_wait_s) {
     p_.Recheck(j.submit_time + cfg.defrag_min_wait_s);

@@ -5,7 +5,7 @@
 
 namespace preempt::sched {
 
-PassState::PassState(const ClusterState& state, const PolicyConfig& config)
+PassState::PassState(const ClusterState& state, const PolicyOptions& config)
     : st(state),
       cfg(config),
       jobs(state.jobs),

@@ -21,10 +21,10 @@ inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 class PassState {
  public:
-  PassState(const ClusterState& state, const PolicyConfig& config);
+  PassState(const ClusterState& state, const PolicyOptions& config);
 
   const ClusterState& st;
-  const PolicyConfig& cfg;
+  const PolicyOptions& cfg;
   const std::vector<Job>& jobs;
   const double now;
   const bool hint;  // cfg.kind == kHintAware: the hint-aware rules apply

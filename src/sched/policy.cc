@@ -16,7 +16,7 @@ namespace {
 
 // Pending jobs in scheduling order: class (highest first; one class under FCFS), then submit
 // time, then id.
-std::vector<int> PendingOrder(const ClusterState& st, const PolicyConfig& cfg) {
+std::vector<int> PendingOrder(const ClusterState& st, const PolicyOptions& cfg) {
   const std::vector<Job>& jobs = st.jobs;
   std::vector<int> pending;
   for (int i = 0; i < static_cast<int>(jobs.size()); ++i)
@@ -119,7 +119,7 @@ class Placer {
   // The policy lets ji preempt now (and the pass has searches left).
   bool MayPreempt(int ji) {
     const Job& j = p_.jobs[ji];
-    const PolicyConfig& cfg = p_.cfg;
+    const PolicyOptions& cfg = p_.cfg;
     if (cfg.kind == PolicyKind::kFcfs || !cfg.preempts_lower[static_cast<int>(j.cls)]) {
       p_.Block(ji, WaitCause::kOther);
       return false;
@@ -243,47 +243,18 @@ const char* ActionKindName(ActionKind k) {
   return "start";
 }
 
-PolicyConfig FcfsPolicy() {
-  PolicyConfig c = HintAwareNoRulesPolicy();
-  c.kind = PolicyKind::kFcfs;
-  c.checkpoint_then_evict = false;
-  return c;
-}
-
-PolicyConfig KubernetesPolicy() {
-  PolicyConfig c = HintAwareNoRulesPolicy();
-  c.kind = PolicyKind::kKubernetes;
-  c.checkpoint_then_evict = false;
-  return c;
-}
-
-PolicyConfig HintAwareNoRulesPolicy() {
-  PolicyConfig c;
-  c.kind = PolicyKind::kHintAware;
-  c.min_runtime_s = 0;
-  c.cooldown_s = 0;
-  c.budget_max_preemptions = 0;
-  c.budget_max_lost_gpu_hours = 0;
-  c.reserved_headroom = 0;
-  c.refill_headroom = false;
-  c.low_guaranteed_share = 0;
-  c.nonhigh_preempt_delay_s = 0;
-  c.defrag_max_moves = 0;
-  return c;
-}
-
-bool HintsFresh(const Job& job, double now, const PolicyConfig& config) {
+bool HintsFresh(const Job& job, double now, const PolicyOptions& config) {
   if (!job.hints) return false;
   double age = now - job.hints->updated_unix;
   return age <= config.hints_stale_s;
 }
 
-double EstimatedLostWork(const Job& job, double now, const PolicyConfig& config) {
+double EstimatedLostWork(const Job& job, double now, const PolicyOptions& config) {
   if (!HintsFresh(job, now, config)) return config.unknown_lost_work_s;
   return job.hints->LostWorkAt(now);
 }
 
-Decisions Decide(const ClusterState& st, const PolicyConfig& cfg) {
+Decisions Decide(const ClusterState& st, const PolicyOptions& cfg) {
   PassState pass(st, cfg);
   const Awaiting awaiting = EvictCheckpointedVictims(&pass);
   ClusterRules rules(&pass);

@@ -59,7 +59,7 @@ std::string DeadlineReason(const Job& v, double deadline_s) {
 
 std::string SearchVictimReason(const PassState& p, int vi, const Job& j, int node, int count, const VictimCost& vc) {
   const Job& v = p.jobs[vi];
-  const PolicyConfig& cfg = p.cfg;
+  const PolicyOptions& cfg = p.cfg;
   const char* on = p.st.nodes[node].name.c_str();
   const char* cls = PriorityClassName(j.cls);
   const double uncommitted = EstimatedLostWork(v, p.now, cfg);
@@ -80,7 +80,7 @@ std::string SearchVictimReason(const PassState& p, int vi, const Job& j, int nod
       return Fmt("least lost work on %s for high job %s: kill now, its save (%.1f s) would outlast the %.0f s "
                  "tolerable wait%s; %.0f s uncommitted, %.0f GPU-s incl. restore",
                  on, j.id.c_str(), vc.save_s, TolerableWait(v, cfg),
-                 cfg.high_tolerable_wait_s < 0 ? " (its grace period)" : "", uncommitted, vc.lost_gpu_s);
+                 cfg.high_tolerable_wait == TolerableWait::kVictimGrace ? " (its grace period)" : "", uncommitted, vc.lost_gpu_s);
     case EvictionMode::kKillCheap:
       return Fmt("least lost work on %s for %s job %s: kill now, %.0f s uncommitted is less than a save "
                  "would lose, %.0f GPU-s incl. restore",

@@ -4,19 +4,23 @@
 
 namespace preempt::sched {
 
-double FullRestoreOf(const Job& j, const PolicyConfig& c) { return j.restore_s >= 0 ? j.restore_s : c.restore_s; }
+double FullRestoreOf(const Job& j, const PolicyOptions& c) { return j.restore_s >= 0 ? j.restore_s : c.restore_s; }
 
-double RestoreOf(const Job& j, const PolicyConfig& c) {
+double RestoreOf(const Job& j, const PolicyOptions& c) {
   if (j.hints && j.hints->last_commit.step < 0) return 0;
   return FullRestoreOf(j, c);
 }
 
-double TolerableWait(const Job& v, const PolicyConfig& c) {
-  if (c.high_tolerable_wait_s >= 0) return c.high_tolerable_wait_s;
+double TolerableWait(const Job& v, const PolicyOptions& c) {
+  switch (c.high_tolerable_wait) {
+    case TolerableWait::kFixed: return c.high_tolerable_wait_s;
+    case TolerableWait::kOff: return 0;
+    case TolerableWait::kVictimGrace: break;
+  }
   return v.hints ? v.hints->grace.granted_s : 0;
 }
 
-VictimCost CostOf(const Job& v, double now, const PolicyConfig& c, bool for_high) {
+VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_high) {
   VictimCost out;
   double lost = EstimatedLostWork(v, now, c);
   bool fresh = HintsFresh(v, now, c);
@@ -59,14 +63,14 @@ VictimCost CostOf(const Job& v, double now, const PolicyConfig& c, bool for_high
   return out;
 }
 
-VictimCosts::VictimCosts(const ClusterState& st, const PolicyConfig& cfg,
+VictimCosts::VictimCosts(const ClusterState& st, const PolicyOptions& cfg,
                          const std::vector<std::vector<int>>& running_on)
     : lost_work_s_(st.jobs.size(), 0), ordinary_(st.jobs.size()), for_high_(st.jobs.size()) {
-  split_high_ = cfg.kind == PolicyKind::kHintAware && cfg.tolerable_wait_min_gpus > 1 && cfg.high_tolerable_wait_s != 0;
+  split_high_ = cfg.kind == PolicyKind::kHintAware && cfg.tolerable_wait_min_gpus > 1 && cfg.high_tolerable_wait != TolerableWait::kOff;
   min_gpus_ = cfg.tolerable_wait_min_gpus;
   if (split_high_) for_small_high_.resize(st.jobs.size());
-  PolicyConfig small = cfg;  // high preemptors under min_gpus_: no tolerable-wait kills
-  small.high_tolerable_wait_s = 0;
+  PolicyOptions small = cfg;  // high preemptors under min_gpus_: no tolerable-wait kills
+  small.high_tolerable_wait = TolerableWait::kOff;
   for (const std::vector<int>& on_node : running_on) {
     for (int vi : on_node) {
       const Job& v = st.jobs[vi];

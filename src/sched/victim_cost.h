@@ -22,21 +22,21 @@ struct VictimCost {
 };
 
 // Restore time of a restart from the job's last commit (its own, else the policy's default).
-double FullRestoreOf(const Job& job, const PolicyConfig& config);
+double FullRestoreOf(const Job& job, const PolicyOptions& config);
 // Restore time a restart after an eviction now costs: nothing when the job never committed
 // (it restarts from scratch).
-double RestoreOf(const Job& job, const PolicyConfig& config);
+double RestoreOf(const Job& job, const PolicyOptions& config);
 // The longest a high preemptor should wait for victim v's save (0 = no limit): a fixed value, or
 // what Kubernetes would make it wait at most, the victim's termination grace period.
-double TolerableWait(const Job& v, const PolicyConfig& config);
+double TolerableWait(const Job& v, const PolicyOptions& config);
 // How victim v would leave at `now` and what it would cost; `for_high`: the preemptor is high
 // priority (the kill-now rules apply).
-VictimCost CostOf(const Job& v, double now, const PolicyConfig& config, bool for_high);
+VictimCost CostOf(const Job& v, double now, const PolicyOptions& config, bool for_high);
 
 // CostOf for every running job of one pass (indexed by job index; other entries are zero).
 class VictimCosts {
  public:
-  VictimCosts(const ClusterState& state, const PolicyConfig& config,
+  VictimCosts(const ClusterState& state, const PolicyOptions& config,
               const std::vector<std::vector<int>>& running_on);
 
   double lost_work_s(int job) const { return lost_work_s_[job]; }  // EstimatedLostWork

@@ -5,7 +5,7 @@ namespace preempt::sched {
 
 void EstimateWaits(PassState* pass, const ClusterRules& rules) {
   PassState& p = *pass;
-  const PolicyConfig& cfg = p.cfg;
+  const PolicyOptions& cfg = p.cfg;
   for (const auto& [ji, left] : p.waiting_high) {
     WaitEstimate w;
     w.job = p.jobs[ji].id;

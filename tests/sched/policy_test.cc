@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 namespace preempt::sched {
 namespace {
@@ -71,8 +72,8 @@ constexpr auto L = PriorityClass::kLow;
 constexpr auto M = PriorityClass::kMedium;
 constexpr auto H = PriorityClass::kHigh;
 
-PolicyConfig Hint() {
-  PolicyConfig c = HintAwareNoRulesPolicy();
+PolicyOptions Hint() {
+  PolicyOptions c = HintAwareNoRulesPolicy();
   c.kill_now_max_lost_s = 0;  // the kill-now rule has its own tests (KillNow*); these test the rest
   return c;
 }
@@ -83,7 +84,7 @@ TEST(Policy, Names) {
   EXPECT_EQ(c, M);
   EXPECT_FALSE(ParsePriorityClass("urgent", &c));
   EXPECT_STREQ(PolicyKindName(PolicyKind::kKubernetes), "k8s");
-  PolicyConfig d;
+  PolicyOptions d;
   EXPECT_EQ(d.priority_value[2], 1000000);
   EXPECT_EQ(d.priority_value[1], 100);
   EXPECT_EQ(d.priority_value[0], 1);
@@ -207,7 +208,7 @@ TEST(Policy, NeverCommittedJobHasNothingToRestore) {
   b.Run("fresh", L, 1, 0, 30, fresh);
   b.Run("old", L, 1, 1, 3600, MakeHints(25));  // less uncommitted work, but a 10 s restore
   b.Pend("hi", H, 1);
-  PolicyConfig c = Hint();
+  PolicyOptions c = Hint();
   c.checkpoint_then_evict = false;
   Decisions d = Decide(b.st, c);
   ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
@@ -235,7 +236,7 @@ TEST(Policy, CheckpointThenEvictCanBeTurnedOff) {
   B b({1});
   b.Run("a", L, 1, 0, 3600, MakeHints(900));
   b.Pend("hi", H, 1);
-  PolicyConfig c = Hint();
+  PolicyOptions c = Hint();
   c.checkpoint_then_evict = false;
   Decisions d = Decide(b.st, c);
   ASSERT_EQ(d.actions.size(), 1u);
@@ -263,7 +264,7 @@ TEST(Policy, ClassWithNeverPolicyDoesNotPreempt) {
   B b({1});
   b.Run("low", L, 1, 0, 3600, MakeHints(100));
   b.Pend("med", M, 1);
-  PolicyConfig c = Hint();
+  PolicyOptions c = Hint();
   EXPECT_EQ(Decide(b.st, c).actions.size(), 1u);
   c.preempts_lower[1] = false;
   EXPECT_TRUE(Decide(b.st, c).actions.empty());
@@ -276,7 +277,7 @@ TEST(Policy, MinimumRuntimeProtectsRecentlyResumedJobs) {
   b.Run("fresh", L, 1, 0, 30, MakeHints(1));
   b.Run("old", L, 1, 1, 5000, MakeHints(4000));
   b.Pend("hi", H, 1);
-  PolicyConfig c = Hint();
+  PolicyOptions c = Hint();
   c.min_runtime_s = 300;
   Decisions d = Decide(b.st, c);
   ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
@@ -295,7 +296,7 @@ TEST(Policy, CooldownDelaysRestart) {
   B b({4});
   Job& j = b.Pend("victim", L, 1);
   j.last_preempted = kNow - 100;
-  PolicyConfig c = Hint();
+  PolicyOptions c = Hint();
   c.cooldown_s = 300;
   Decisions d = Decide(b.st, c);
   EXPECT_TRUE(d.actions.empty());
@@ -325,7 +326,7 @@ TEST(Policy, PerQueuePreemptionBudget) {
     b.Run("pricey", L, 1, 1, 3600, MakeHints(2000), "batch");
     b.Pend("hi", H, 1);
     b.st.history = c.history;
-    PolicyConfig p = Hint();
+    PolicyOptions p = Hint();
     p.budget_window_s = 3600;
     p.budget_max_preemptions = c.max_preemptions;
     p.budget_max_lost_gpu_hours = c.max_lost_gpu_h;
@@ -341,7 +342,7 @@ TEST(Policy, BudgetExhaustedSuggestsAction) {
   b.Run("only", L, 1, 0, 3600, MakeHints(10), "research");
   b.Pend("hi", H, 1, 900);
   b.st.history = {{kNow - 100, "research", 0.1}};
-  PolicyConfig p = Hint();
+  PolicyOptions p = Hint();
   p.budget_max_preemptions = 1;
   p.wait_alert_s = 600;
   Decisions d = Decide(b.st, p);
@@ -363,7 +364,7 @@ TEST(Policy, ReservedHeadroomIsForHighPriority) {
     B b({20});
     b.Run("filler", L, c.used_by_low, 0, 3600, MakeHints(1));
     b.Pend("new", c.cls, 1);
-    PolicyConfig p = Hint();
+    PolicyOptions p = Hint();
     p.reserved_headroom = 0.15;
     Decisions d = Decide(b.st, p);
     EXPECT_EQ(Find(d, "new") != nullptr, c.starts) << PriorityClassName(c.cls) << " " << c.used_by_low << Dump(d);
@@ -376,7 +377,7 @@ TEST(Policy, NonHighBlockedOnlyByTheReserveWaitsInsteadOfPreempting) {
   B b({20});
   b.Run("lows", L, 17, 0, 3600, MakeHints(1000));
   b.Pend("med", M, 1);
-  PolicyConfig p = Hint();
+  PolicyOptions p = Hint();
   p.reserved_headroom = 0.15;
   EXPECT_TRUE(Decide(b.st, p).actions.empty()) << Dump(Decide(b.st, p));
   B full({2, 2});
@@ -413,7 +414,7 @@ TEST(Policy, NonHighPreemptDelayTable) {
     b.Run("low", L, 1, 0, 3600, MakeHints(900));
     Job& p = b.Pend("p", c.cls, 1, c.waited_s);
     if (c.requeued_ago_s >= 0) p.last_preempted = kNow - c.requeued_ago_s;
-    PolicyConfig cfg = Hint();
+    PolicyOptions cfg = Hint();
     cfg.nonhigh_preempt_delay_s = c.delay_s;
     Decisions d = Decide(b.st, cfg);
     const JobAction* victim = Find(d, "low");
@@ -429,7 +430,7 @@ TEST(Policy, NonHighPreemptDelayTable) {
     EXPECT_EQ(d.recheck_at, c.recheck_at) << c.name;
   }
   // The default policy has the delay on; the no-rules preset and the baselines do not.
-  EXPECT_GT(PolicyConfig().nonhigh_preempt_delay_s, 0);
+  EXPECT_GT(PolicyOptions().nonhigh_preempt_delay_s, 0);
   EXPECT_EQ(HintAwareNoRulesPolicy().nonhigh_preempt_delay_s, 0);
 }
 
@@ -444,7 +445,7 @@ TEST(Policy, LowGuaranteedShareIsNotPreempted) {
     b.Run("low2", L, 2, 1, 3600, MakeHints(5000));
     b.Run("high", H, 2, 2, 3600, MakeHints(100));
     b.Pend("hi2", H, 2);
-    PolicyConfig p = Hint();
+    PolicyOptions p = Hint();
     p.low_guaranteed_share = c.share;  // of 6 GPUs: floor(1.5) = 1, floor(3) = 3; low holds 4
     Decisions d = Decide(b.st, p);
     EXPECT_EQ(Find(d, "low") != nullptr, c.preempted) << c.share << Dump(d);
@@ -453,7 +454,7 @@ TEST(Policy, LowGuaranteedShareIsNotPreempted) {
   B b({10});
   b.Pend("low", L, 1);
   b.Run("m", M, 9, 0, 10, MakeHints(1));
-  PolicyConfig p = Hint();
+  PolicyOptions p = Hint();
   p.reserved_headroom = 0.5;
   p.low_guaranteed_share = 0.1;
   EXPECT_TRUE(Find(Decide(b.st, p), "low"));
@@ -477,7 +478,7 @@ TEST(Policy, RefillKeepsReservedHeadroomFree) {
     int low = c.high_used == 0 ? 8 : 10 - c.high_used;
     for (int i = 0; i < low; ++i) b.Run("low" + std::to_string(i), L, 1, 0, 3600, MakeHints(100 + i));
     if (c.high_used) b.Run("high", H, c.high_used, 0, 3600, MakeHints(1));
-    PolicyConfig p = Hint();
+    PolicyOptions p = Hint();
     p.reserved_headroom = 0.2;
     p.refill_headroom = c.refill;
     Decisions d = Decide(b.st, p);
@@ -499,7 +500,7 @@ TEST(Policy, RefillKeepsReservedHeadroomFree) {
   b.Run("high", H, 2, 0, 3600, MakeHints(1));
   b.st.jobs[0].phase = JobPhase::kCheckpointing;
   b.st.jobs[1].phase = JobPhase::kCheckpointing;
-  PolicyConfig p = Hint();
+  PolicyOptions p = Hint();
   p.reserved_headroom = 0.2;
   p.refill_headroom = true;
   for (const auto& a : Decide(b.st, p).actions) EXPECT_NE(a.kind, ActionKind::kRequestCheckpoint) << a.job;
@@ -532,7 +533,7 @@ TEST(Policy, CheckpointingVictimIsEvictedAfterAckOrDeadline) {
     v.preemptor = "hi";
     v.hints->request_ack = c.ack;
     b.Pend("hi", H, 1);
-    PolicyConfig p = Hint();
+    PolicyOptions p = Hint();
     p.checkpoint_deadline_s = 120;
     Decisions d = Decide(b.st, p);
     const JobAction* a = Find(d, "v");
@@ -614,7 +615,7 @@ TEST(Policy, WaitEstimateSuggestsCapacityWhenOnlyHighRuns) {
   B b({2});
   b.Run("h", H, 2, 0, 3600, MakeHints(1));
   b.Pend("hi", H, 2, 1000);
-  PolicyConfig p;  // all rules on
+  PolicyOptions p;  // all rules on
   Decisions d = Decide(b.st, p);
   EXPECT_TRUE(d.actions.empty());
   ASSERT_EQ(d.waits.size(), 1u);
@@ -623,7 +624,7 @@ TEST(Policy, WaitEstimateSuggestsCapacityWhenOnlyHighRuns) {
 }
 
 TEST(Policy, EstimatedLostWork) {
-  PolicyConfig p;
+  PolicyOptions p;
   Job j;
   EXPECT_EQ(EstimatedLostWork(j, kNow, p), p.unknown_lost_work_s);
   j.hints = MakeHints(10, 2, 5);  // 5 s old, training: 15 s now
@@ -645,43 +646,43 @@ TEST(Policy, VictimEvictionModeTable) {
     PriorityClass preemptor;
     ActionKind kind;
     double grace_s;
-    const char* reason;
+    EvictionMode mode;
     bool unmeasured = false;  // hints carry no checkpoint cost (all zero: never measured)
     bool kill_when_cheaper = true;
     double kill_max_lost_s = 0;  // tolerable_kill_max_lost_s (0 = no limit)
     int min_gpus = 1;            // tolerable_wait_min_gpus (the preemptor here has 1 GPU)
   } cases[] = {
-      {"save fits grace: SIGTERM", 900, 30, 2, true, 120, -1, H, ActionKind::kEvict, -1, "saves within its 30 s grace"},
+      {"save fits grace: SIGTERM", 900, 30, 2, true, 120, -1, H, ActionKind::kEvict, -1, EvictionMode::kSaveInGrace},
       {"sigterm_save off: checkpoint first", 900, 30, 2, false, 120, -1, H, ActionKind::kRequestCheckpoint, -1,
-       "checkpoint first"},
+       EvictionMode::kCheckpointFirst},
       {"grant unknown: checkpoint first", 900, 0, 2, true, 120, 0, H, ActionKind::kRequestCheckpoint, -1,
-       "checkpoint first"},
-      {"small uncommitted: kill now", 60, 30, 2, true, 120, -1, H, ActionKind::kEvict, 0, "kill now, only 60 s"},
-      {"kill-now off", 60, 30, 2, true, 0, -1, H, ActionKind::kEvict, -1, "saves within"},
-      {"kill-now only for high", 60, 30, 2, true, 120, -1, M, ActionKind::kEvict, -1, "saves within"},
+       EvictionMode::kCheckpointFirst},
+      {"small uncommitted: kill now", 60, 30, 2, true, 120, -1, H, ActionKind::kEvict, 0, EvictionMode::kKillSmall},
+      {"kill-now off", 60, 30, 2, true, 0, -1, H, ActionKind::kEvict, -1, EvictionMode::kSaveInGrace},
+      {"kill-now only for high", 60, 30, 2, true, 120, -1, M, ActionKind::kEvict, -1, EvictionMode::kSaveInGrace},
       {"save slower than its grace: kill", 900, 10, 20, true, 120, -1, H, ActionKind::kEvict, 0,
-       "would outlast the 10 s tolerable wait (its grace period)"},
-      {"fixed tolerable wait", 900, 60, 20, true, 120, 15, H, ActionKind::kEvict, 0, "would outlast the 15 s"},
+       EvictionMode::kKillSlow},
+      {"fixed tolerable wait", 900, 60, 20, true, 120, 15, H, ActionKind::kEvict, 0, EvictionMode::kKillSlow},
       {"too slow, but 900 s uncommitted > 600 s limit: checkpoint first", 900, 10, 20, true, 120, -1, H,
-       ActionKind::kRequestCheckpoint, -1, "checkpoint first", false, true, 600},
+       ActionKind::kRequestCheckpoint, -1, EvictionMode::kCheckpointFirst, false, true, 600},
       {"too slow, 500 s uncommitted <= 600 s limit: kill", 500, 10, 20, true, 120, -1, H, ActionKind::kEvict, 0,
-       "would outlast the 10 s tolerable wait (its grace period); 500 s uncommitted", false, true, 600},
+       EvictionMode::kKillSlow, false, true, 600},
       {"too slow, but a 1-GPU preemptor waits (tolerable wait from 2 GPUs)", 500, 10, 20, true, 120, -1, H,
-       ActionKind::kRequestCheckpoint, -1, "checkpoint first", false, true, 600, 2},
+       ActionKind::kRequestCheckpoint, -1, EvictionMode::kCheckpointFirst, false, true, 600, 2},
       {"tolerable wait off: checkpoint first", 900, 10, 20, true, 120, 0, H, ActionKind::kRequestCheckpoint, -1,
-       "checkpoint first"},
+       EvictionMode::kCheckpointFirst},
       {"medium preemptor waits for the save", 900, 10, 20, true, 120, -1, M, ActionKind::kRequestCheckpoint, -1,
-       "checkpoint first"},
+       EvictionMode::kCheckpointFirst},
       {"less uncommitted than a save loses", 1, 30, 20, true, 0, -1, H, ActionKind::kEvict, 0,
-       "less than a save would lose"},
-      {"kill_when_cheaper off: it saves anyway", 1, 30, 20, true, 0, -1, H, ActionKind::kEvict, -1, "saves within",
+       EvictionMode::kKillCheap},
+      {"kill_when_cheaper off: it saves anyway", 1, 30, 20, true, 0, -1, H, ActionKind::kEvict, -1, EvictionMode::kSaveInGrace,
        false, false},
       {"unmeasured save cost is not free (60 s assumed): 30 s uncommitted is killed", 30, 30, 0, true, 0, -1, H,
-       ActionKind::kEvict, 0, "less than a save would lose", true},
+       ActionKind::kEvict, 0, EvictionMode::kKillCheap, true},
       {"unmeasured save cost, 900 s uncommitted: checkpoint first, 60 s assumed > 30 s grace", 900, 30, 0, true, 0,
-       0, H, ActionKind::kRequestCheckpoint, -1, "checkpoint first (60.0 s)", true},
+       0, H, ActionKind::kRequestCheckpoint, -1, EvictionMode::kCheckpointFirst, true},
       {"unmeasured save cost vs a 30 s tolerable wait: kill", 900, 30, 0, true, 0, -1, H, ActionKind::kEvict, 0,
-       "its save (60.0 s) would outlast the 30 s tolerable wait", true},
+       EvictionMode::kKillSlow, true},
   };
   for (const auto& c : cases) {
     B b({1});
@@ -691,19 +692,42 @@ TEST(Policy, VictimEvictionModeTable) {
     h.grace.needed_s = h.checkpoint_s();
     b.Run("v", L, 1, 0, 3600, h);
     b.Pend("p", c.preemptor, 1);
-    PolicyConfig p = HintAwareNoRulesPolicy();
+    PolicyOptions p = HintAwareNoRulesPolicy();
     p.kill_when_cheaper = c.kill_when_cheaper;
     p.sigterm_save = c.sigterm_save;
     p.kill_now_max_lost_s = c.kill_now_max_lost_s;
-    p.high_tolerable_wait_s = c.tolerable_s;
+    p.high_tolerable_wait = c.tolerable_s < 0    ? TolerableWait::kVictimGrace
+                            : c.tolerable_s == 0 ? TolerableWait::kOff
+                                                 : TolerableWait::kFixed;
+    p.high_tolerable_wait_s = c.tolerable_s > 0 ? c.tolerable_s : 0;
     p.tolerable_kill_max_lost_s = c.kill_max_lost_s;
     p.tolerable_wait_min_gpus = c.min_gpus;
     Decisions d = Decide(b.st, p);
     ASSERT_EQ(d.actions.size(), 1u) << c.name << "\n" << Dump(d);
     EXPECT_EQ(d.actions[0].kind, c.kind) << c.name << "\n" << Dump(d);
     EXPECT_EQ(d.actions[0].grace_s, c.grace_s) << c.name << "\n" << Dump(d);
-    EXPECT_NE(d.actions[0].reason.find(c.reason), std::string::npos) << c.name << "\n" << Dump(d);
+    EXPECT_EQ(d.actions[0].mode, c.mode) << c.name << "\n" << Dump(d);
   }
+}
+
+// The one test of a reason's wording: a victim saving inside its grace, as `plan` prints it.
+TEST(Policy, VictimReasonWording) {
+  B b({1});
+  Hints h = MakeHints(900, 2);
+  h.grace.granted_s = 30;
+  h.grace.needed_s = h.checkpoint_s();
+  b.Run("v", L, 1, 0, 3600, h);
+  b.Pend("p", H, 1);
+  Decisions d = Decide(b.st, HintAwareNoRulesPolicy());
+  ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
+  EXPECT_EQ(d.actions[0].mode, EvictionMode::kSaveInGrace);
+  EXPECT_STREQ(EvictionModeName(d.actions[0].mode), "save-in-grace");
+  char want[256];
+  snprintf(want, sizeof want,
+           "least lost work on n0 for high job p: SIGTERM, saves within its 30 s grace (needs %.1f s), loses %.0f "
+           "GPU-s incl. restore vs 900 s uncommitted now",
+           h.checkpoint_s(), d.actions[0].est_lost_gpu_s);
+  EXPECT_EQ(d.actions[0].reason, want);
 }
 
 // Default tolerable-wait rule: a slow saver (save longer than its grace) with little uncommitted
@@ -734,8 +758,9 @@ TEST(Policy, SlowSaverIsKilledOnlyForMultiGpuPreemptors) {
     ASSERT_NE(f, nullptr) << Dump(d);
     EXPECT_EQ(s->kind, ActionKind::kEvict) << Dump(d);
     EXPECT_EQ(s->grace_s, 0) << Dump(d);
-    EXPECT_NE(s->reason.find("would outlast the 30 s tolerable wait"), std::string::npos) << Dump(d);
-    EXPECT_EQ(f->grace_s, -1) << Dump(d);  // saves within its grace
+    EXPECT_EQ(s->mode, EvictionMode::kKillSlow) << Dump(d);
+    EXPECT_EQ(f->grace_s, -1) << Dump(d);
+    EXPECT_EQ(f->mode, EvictionMode::kSaveInGrace) << Dump(d);
   }
   {
     B b({1});
@@ -745,7 +770,7 @@ TEST(Policy, SlowSaverIsKilledOnlyForMultiGpuPreemptors) {
     const JobAction* s = Find(d, "slow");
     ASSERT_NE(s, nullptr) << Dump(d);
     EXPECT_EQ(s->kind, ActionKind::kRequestCheckpoint) << Dump(d);
-    PolicyConfig all = HintAwareNoRulesPolicy();
+    PolicyOptions all = HintAwareNoRulesPolicy();
     all.tolerable_wait_min_gpus = 1;
     d = Decide(b.st, all);
     s = Find(d, "slow");
@@ -766,14 +791,14 @@ TEST(Policy, KillAfterCommitTable) {
     b.st.jobs[0].request_time = kNow - 3;
     b.st.jobs[0].preemptor = "hi";
     b.Pend("hi", H, 1);
-    PolicyConfig p = Hint();
+    PolicyOptions p = Hint();
     p.kill_after_commit = on;
     Decisions d = Decide(b.st, p);
     const JobAction* a = Find(d, "v");
     ASSERT_NE(a, nullptr) << Dump(d);
     EXPECT_EQ(a->kind, ActionKind::kEvict);
     EXPECT_EQ(a->grace_s, on ? 0 : -1) << Dump(d);
-    EXPECT_NE(a->reason.find(on ? "killing now" : "evicting"), std::string::npos) << Dump(d);
+    EXPECT_EQ(a->mode, EvictionMode::kAfterCommit) << Dump(d);
   }
 }
 
@@ -796,7 +821,7 @@ TEST(Policy, HighMinRuntimeOverrideTable) {
     b.Run("v", L, 1, 0, 100, MakeHints(50));  // started 100 s ago: inside min run time 300
     b.st.jobs[0].last_preempted = kNow - c.victim_preempted_ago;
     b.Pend("hi", H, 1, c.waited_s);
-    PolicyConfig p = Hint();
+    PolicyOptions p = Hint();
     p.min_runtime_s = 300;
     p.cooldown_s = 300;
     p.high_min_runtime_override_s = c.override_s;
@@ -823,7 +848,7 @@ TEST(Policy, WaitCauseTable) {
     B b({4});
     b.Run("l", L, 4, 0, 3600, MakeHints(100));
     b.Pend("hi", H, 4);
-    PolicyConfig p = Hint();
+    PolicyOptions p = Hint();
     p.low_guaranteed_share = 0.5;
     Decisions d = Decide(b.st, p);
     ASSERT_EQ(d.waits.size(), 1u) << Dump(d);
@@ -834,7 +859,7 @@ TEST(Policy, WaitCauseTable) {
     b.Run("l", L, 1, 0, 3600, MakeHints(100));
     b.Pend("hi", H, 1);
     b.st.history.push_back({kNow - 10, "q", 0.01});
-    PolicyConfig p = Hint();
+    PolicyOptions p = Hint();
     p.budget_max_preemptions = 1;
     Decisions d = Decide(b.st, p);
     ASSERT_EQ(d.waits.size(), 1u) << Dump(d);
@@ -883,7 +908,7 @@ TEST(Policy, DefragMovesSmallHighJobsTable) {
     if (!c.free_gpu_on_n1) b.Run("l1a", L, 1, 1, 1000, MakeHints(100));
     b.Run("l1b", L, 2, 1, 1000, MakeHints(100));
     b.Pend("J", H, 4);
-    PolicyConfig p = Hint();
+    PolicyOptions p = Hint();
     p.min_runtime_s = 300;
     p.cooldown_s = 300;
     p.defrag_max_moves = c.max_moves;
@@ -922,7 +947,7 @@ TEST(Policy, DefragNeverMovesJobsAsLargeAsThePreemptorOrTooMany) {
     for (int n = 0; n < 2; ++n)
       for (int k = 0; k < 2; ++k) b.Run("h" + std::to_string(n) + std::to_string(k), H, 2, n, 1000, MakeHints(50));
     b.Pend("J", H, 2);
-    PolicyConfig p = Hint();
+    PolicyOptions p = Hint();
     p.defrag_max_moves = 4;
     Decisions d = Decide(b.st, p);
     EXPECT_TRUE(d.actions.empty()) << Dump(d);
@@ -936,7 +961,7 @@ TEST(Policy, DefragNeverMovesJobsAsLargeAsThePreemptorOrTooMany) {
       b.Run("l" + std::to_string(n), L, 1, n, 1000, MakeHints(100));
     }
     b.Pend("J", H, 4);
-    PolicyConfig p = Hint();
+    PolicyOptions p = Hint();
     p.defrag_max_moves = 2;
     Decisions d = Decide(b.st, p);
     EXPECT_TRUE(d.actions.empty()) << Dump(d);

@@ -1,4 +1,4 @@
-// preempt/sched/simulator.h — traces and a discrete-event simulator that runs any PolicyConfig.
+// preempt/sched/simulator.h — traces and a discrete-event simulator that runs any PolicyOptions.
 //
 // Model. Each job arrives at `submit`, needs `gpus` GPUs on one node for `duration_s` seconds of
 // training. While it runs it takes a periodic checkpoint every `ckpt_interval_s` of progress; the
@@ -159,11 +159,7 @@ struct SimResult {
 // no nodes, a node or job id twice, GPU counts out of range, times negative, not finite or above
 // 1e10 s, a checkpoint interval under 1 s. Simulate() checks it first.
 Status ValidateTrace(const Trace& trace);
-Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions& opt, SimResult* out);
-
-// "fcfs" | "k8s" | "hint-norules" | "hint-ckpt" | "hint" | "hint-nodefrag" | "hint-refill" → preset
-// (false when unknown).
-bool PolicyByName(const std::string& name, PolicyConfig* out);
+Status Simulate(const Trace& trace, const PolicyOptions& policy, const SimOptions& opt, SimResult* out);
 
 // Metrics as CSV header + row, and a fixed-width table.
 std::string MetricsCsvHeader();
