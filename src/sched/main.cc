@@ -228,7 +228,8 @@ int Run(const Args& a) {
 
 int main(int argc, char** argv) {
   Args a;
-  if (!ParseArgs(argc, argv, &a) || a.Has("help")) {
+  const bool help = argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "help");
+  if (help || !ParseArgs(argc, argv, &a) || a.Has("help")) {
     fprintf(stderr, "%s\nPolicy fields (--policy-json, the run spec's \"policy\"):\n%s", kUsage,
             PolicyFieldsHelp().c_str());
     return 2;

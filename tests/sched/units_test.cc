@@ -2,6 +2,8 @@
 // TakeUntilFreed, the victim-action builder) and of the shared lifecycle (executor.h).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -268,6 +270,35 @@ TEST(SchedLifecycle, ExecuteDecisionsAppliesWhatTheExecutorAccepted) {
   EXPECT_EQ(st.jobs[0].phase, JobPhase::kCheckpointing);
   EXPECT_EQ(st.jobs[0].request_id, 42);
   EXPECT_EQ(next_id, 42);
+}
+
+// docs/sched.md's options table is the one PolicyFieldsMarkdown() generates from the field table.
+TEST(SchedOptions, DocsTableIsGeneratedFromTheFieldTable) {
+  std::ifstream in(std::string(PREEMPT_SOURCE_DIR) + "/docs/sched.md");
+  ASSERT_TRUE(in) << "docs/sched.md";
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string doc = text.str();
+  const std::string begin = "<!-- policy-fields:begin -->\n", end = "<!-- policy-fields:end -->";
+  size_t a = doc.find(begin), b = doc.find(end);
+  ASSERT_NE(a, std::string::npos);
+  ASSERT_NE(b, std::string::npos);
+  EXPECT_EQ(doc.substr(a + begin.size(), b - a - begin.size()), PolicyFieldsMarkdown())
+      << "regenerate the table in docs/sched.md from PolicyFieldsMarkdown()";
+}
+
+// Every field of the table parses its own default back, and names itself in --help.
+TEST(SchedOptions, EveryFieldRoundTripsItsDefault) {
+  const PolicyOptions defaults;
+  const std::string help = PolicyFieldsHelp();
+  for (const PolicyField& f : PolicyFields()) {
+    PolicyOptions p;
+    p.kind = PolicyKind::kFcfs;  // changed, so that "kind" is really parsed back
+    std::string json = std::string("{\"") + f.name + "\":" + PolicyFieldValue(defaults, f.name) + "}";
+    ASSERT_TRUE(PolicyFromJson(json, &p).ok()) << json;
+    EXPECT_EQ(PolicyFieldValue(p, f.name), PolicyFieldValue(defaults, f.name)) << f.name;
+    EXPECT_NE(help.find(f.name), std::string::npos) << f.name;
+  }
 }
 
 }  // namespace
