@@ -1,4 +1,5 @@
 // preempt-sched — the scheduler component's command line: simulate, plan, run.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -128,6 +129,14 @@ int Simulate(const Args& a) {
     o.dir = a.Get("alibaba-dir", PREEMPT_ALIBABA_TRACE_DIR);
     o.gpus = static_cast<int>(a.Num("alibaba-gpus", 0));
     o.overload = a.Num("alibaba-overload", o.overload);
+    if (!(o.overload >= 1 && o.overload <= 100)) {
+      fprintf(stderr, "preempt-sched: --alibaba-overload: %g is not in [1, 100]\n", o.overload);
+      return 2;
+    }
+    if (a.Has("seed")) {
+      fprintf(stderr, "preempt-sched: --seed applies to --trace synthetic only (the Alibaba trace is fixed)\n");
+      return 2;
+    }
     o.max_jobs = static_cast<int>(a.Num("jobs", 0));
     Status s = LoadAlibabaTrace(o, &trace);
     if (!s.ok()) return Fail(s);
@@ -224,12 +233,32 @@ int Run(const Args& a) {
   return 0;
 }
 
+// Every flag must belong to the command: a misspelt one is refused, never ignored.
+bool KnownFlags(const Args& a) {
+  static const std::map<std::string, std::vector<std::string>> flags = {
+      {"simulate", {"trace", "alibaba-dir", "alibaba-gpus", "alibaba-overload", "seed", "jobs", "nodes", "gpus-per-node",
+                    "load", "policies", "policy-json", "grace", "naive", "csv", "write-trace"}},
+      {"plan", {"snapshot", "k8s", "gpus-per-node", "now", "policy", "policy-json", "json"}},
+      {"run", {"spec", "slots", "work-dir", "events", "timeout"}},
+  };
+  auto cmd = flags.find(a.cmd);
+  if (cmd == flags.end()) return true;  // an unknown command is reported by main
+  for (const auto& [key, value] : a.kv) {
+    if (key == "help") continue;
+    if (std::find(cmd->second.begin(), cmd->second.end(), key) == cmd->second.end()) {
+      fprintf(stderr, "preempt-sched %s: unknown flag --%s\n", a.cmd.c_str(), key.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Args a;
   const bool help = argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "help");
-  if (help || !ParseArgs(argc, argv, &a) || a.Has("help")) {
+  if (help || !ParseArgs(argc, argv, &a) || a.Has("help") || !KnownFlags(a)) {
     fprintf(stderr, "%s\nPolicy fields (--policy-json, the run spec's \"policy\"):\n%s", kUsage,
             PolicyFieldsHelp().c_str());
     return 2;

@@ -128,8 +128,13 @@ Status LoadAlibabaTrace(const AlibabaOptions& opt, Trace* out) {
   };
   int c_name = col("name"), c_mem = col("memory_mib"), c_gpu = col("num_gpu"), c_qos = col("qos"),
       c_create = col("creation_time"), c_del = col("deletion_time"), c_sched = col("scheduled_time");
-  if (std::min({c_name, c_mem, c_gpu, c_qos, c_create, c_del, c_sched}) < 0)
-    return Status(StatusCode::kCorruption, "alibaba trace " + path + ": missing a required column");
+  const std::pair<const char*, int> required[] = {{"name", c_name},          {"memory_mib", c_mem},
+                                                  {"num_gpu", c_gpu},         {"qos", c_qos},
+                                                  {"creation_time", c_create}, {"deletion_time", c_del},
+                                                  {"scheduled_time", c_sched}};
+  for (const auto& [column, index] : required)
+    if (index < 0)
+      return Status(StatusCode::kCorruption, "alibaba trace " + path + ": missing column '" + column + "'");
   Trace t;
   t.name = "alibaba-gpu-2023";
   int lineno = 1;

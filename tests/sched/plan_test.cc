@@ -351,6 +351,16 @@ TEST(Cli, SimulatePlanAndUsage) {
   EXPECT_EQ(run("frobnicate", &out), 2);
   EXPECT_EQ(run("simulate --policies nope", &out), 2);
   EXPECT_EQ(run("plan --snapshot x --policy-json '{\"bogus\":1}'", &out), 1) << out;
+  // Misspelt flags and out-of-range values are refused, never ignored or replaced.
+  EXPECT_EQ(run("simulate --polices fcfs", &out), 2);
+  EXPECT_NE(out.find("unknown flag --polices"), std::string::npos) << out;
+  EXPECT_EQ(run("plan --snapshot x --slots 2", &out), 2) << out;
+  EXPECT_EQ(run("simulate --trace alibaba --alibaba-overload 0", &out), 2) << out;
+  EXPECT_NE(out.find("--alibaba-overload"), std::string::npos) << out;
+  EXPECT_EQ(run("simulate --trace alibaba --seed 3", &out), 2) << out;
+  // --help lists every policy field.
+  EXPECT_EQ(run("--help", &out), 2);
+  EXPECT_NE(out.find("defrag_max_moves"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -455,6 +455,12 @@ TEST(AlibabaTrace, MappingOnAFixture) {
   EXPECT_EQ(t.nodes.size(), 3u);
   o.dir = dir / "absent";
   EXPECT_EQ(LoadAlibabaTrace(o, &t).code(), StatusCode::kNotFound);
+  // A missing column is named.
+  WriteFileOrDie(dir / "pods.csv", "name,cpu_milli,memory_mib,num_gpu,creation_time,deletion_time,scheduled_time\n");
+  o.dir = dir.path();
+  Status s = LoadAlibabaTrace(o, &t);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_NE(s.message().find("missing column 'qos'"), std::string::npos) << s.ToString();
 }
 
 TEST(OfferedDemand, PeaksOverallAndPerClass) {

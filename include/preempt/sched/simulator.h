@@ -71,11 +71,12 @@ Status LoadTraceCsv(const std::string& path, Trace* out);
 Status ParseTraceCsv(const std::string& text, const std::string& origin, Trace* out);
 Status WriteTraceCsv(const std::string& path, const Trace& trace);
 
-// The Alibaba GPU trace (cluster-trace-gpu-v2023 "openb"): pods.csv + gpu_nodes.csv in `dir`.
-// Mapping and the checkpoint model are documented in docs/sched.md.
+// The Alibaba GPU trace (cluster-trace-gpu-v2023 "openb"): pods.csv in `dir` (the repository ships
+// it in data/traces/alibaba-gpu-2023). The trace is used as it is (no randomness); the cluster is
+// sized from its demand, not from the production node list. Mapping and the checkpoint model are
+// documented in docs/sched.md.
 struct AlibabaOptions {
   std::string dir;
-  uint64_t seed = 1;
   // Cluster size: 0 = scale down so that the peak whole-GPU demand is `overload` x capacity
   // (the production cluster is far larger than this trace's demand), in 8-GPU nodes.
   int gpus = 0;
