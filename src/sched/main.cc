@@ -103,13 +103,15 @@ bool MakePolicy(const std::string& name, const Args& a, PolicyOptions* p) {
     fprintf(stderr, "preempt-sched: unknown policy '%s'\n", name.c_str());
     return false;
   }
-  if (a.Has("policy-json") && p->kind == PolicyKind::kHintAware) {
-    Status s = PolicyFromJson(a.Get("policy-json"), p);
-    if (!s.ok()) {
-      Fail(s);
-      return false;
-    }
+  if (!a.Has("policy-json")) return true;
+  // Checked for every policy; applied to the hint-aware ones (the baselines stay as they are).
+  PolicyOptions with = *p;
+  Status s = PolicyFromJson(a.Get("policy-json"), &with);
+  if (!s.ok()) {
+    Fail(s);
+    return false;
   }
+  if (p->kind == PolicyKind::kHintAware) *p = with;
   return true;
 }
 

@@ -352,6 +352,8 @@ TEST(Cli, SimulatePlanAndUsage) {
   EXPECT_EQ(run("simulate --policies nope", &out), 2);
   EXPECT_EQ(run("plan --snapshot x --policy-json '{\"bogus\":1}'", &out), 1) << out;
   // Misspelt flags and out-of-range values are refused, never ignored or replaced.
+  EXPECT_EQ(run("simulate --policies k8s --jobs 5 --policy-json '{\"bogus\":1}'", &out), 2) << out;
+  EXPECT_NE(out.find("unknown field 'bogus'"), std::string::npos) << out;
   EXPECT_EQ(run("simulate --polices fcfs", &out), 2);
   EXPECT_NE(out.find("unknown flag --polices"), std::string::npos) << out;
   EXPECT_EQ(run("plan --snapshot x --slots 2", &out), 2) << out;
