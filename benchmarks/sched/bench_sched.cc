@@ -11,7 +11,7 @@
 // period sized from each job's hints. --grace S runs one setting (0 = sized); --naive makes every
 // victim exit at once on SIGTERM. Each trace also prints where high-priority waits went.
 //
-// --alibaba defaults to ../shared/traces/alibaba-gpu-2023 relative to the repository root; when it
+// --alibaba defaults to data/traces/alibaba-gpu-2023 in the repository (shipped with it); when it
 // is absent that part is skipped with a note. --png renders the CSV with
 // benchmarks/sched/plot_sched.py (/usr/bin/python3 + matplotlib). --quick: 500 synthetic jobs and
 // 10 latency repetitions and a 5-seed sweep (the Alibaba trace still runs: ~5 s). --sweep-seeds N
@@ -90,7 +90,7 @@ bool RunTrace(const Trace& t, TraceRun* out, std::string* csv) {
          d.high_over_capacity_s / 3600, d.high_excess_gpu_s / 3600);
   std::vector<SimMetrics> rows;
   for (const auto& name : kPolicies) {
-    PolicyConfig p;
+    PolicyOptions p;
     PolicyByName(name, &p);
     SimResult r;
     Status s = Simulate(t, p, g_sim, &r);
@@ -249,7 +249,7 @@ struct Latency {
   int actions = 0, running = 0, pending = 0, pending_high = 0;
 };
 
-Latency MeasureDecide(const PolicyConfig& p, int reps, bool fragmented = false) {
+Latency MeasureDecide(const PolicyOptions& p, int reps, bool fragmented = false) {
   ClusterState st = BigState(1000, 10000, 42, fragmented);
   Latency l;
   for (const auto& j : st.jobs) {
@@ -303,12 +303,11 @@ std::vector<std::string> SeedSweep(int n, int jobs, const std::vector<double>& g
       if (Simulate(traces[s], KubernetesPolicy(), so, &r).ok()) k8s[s] = r.metrics;
       if (Simulate(traces[s], FcfsPolicy(), so, &r).ok()) fcfs[s] = r.metrics;
     }
-    // "hint-waitsaves": hint that waits for every slow saver (high_tolerable_wait_s = 0, the
-    // previous default), for comparison.
+    // "hint-waitsaves": hint that waits for every slow saver (no tolerable wait), for comparison.
     for (const char* name : {"hint", "hint-nodefrag", "hint-waitsaves"}) {
-      PolicyConfig p;
+      PolicyOptions p;
       if (std::string(name) == "hint-waitsaves") {
-        p.high_tolerable_wait_s = 0;
+        p.high_tolerable_wait = TolerableWait::kOff;
       } else {
         PolicyByName(name, &p);
       }
@@ -369,7 +368,7 @@ std::vector<std::string> SeedSweep(int n, int jobs, const std::vector<double>& g
 
 int main(int argc, char** argv) {
   const std::string repo = PREEMPT_SOURCE_DIR;
-  std::string alibaba = repo + "/../shared/traces/alibaba-gpu-2023", csv_path, json_path, png_path;
+  std::string alibaba = repo + "/data/traces/alibaba-gpu-2023", csv_path, json_path, png_path;
   int jobs = 2000, seeds = 1, reps = 50, sweep_seeds = 20;
   // Alibaba cluster sizes: 1.3 -> 7 nodes, 1.5 -> 6, 2.0 -> 5, 2.2 -> 4 (peak demand 70 GPUs).
   std::vector<double> overloads = {1.3, 1.5, 2.0, 2.2};
@@ -524,7 +523,7 @@ int main(int argc, char** argv) {
   for (const std::string name : {"k8s", "hint", "hint-refill", "hint/fragmented", "hint-nodefrag/fragmented"}) {
     // hint/fragmented: a 1-GPU high job on every node; pending multi-GPU high jobs search moves.
     const bool fragmented = name.find("/fragmented") != std::string::npos;
-    PolicyConfig p;
+    PolicyOptions p;
     PolicyByName(name.substr(0, name.find('/')), &p);
     Latency l = MeasureDecide(p, reps, fragmented);
     printf("  %-12s wall median %.2f ms p99 %.2f ms max %.2f ms | cpu median %.2f ms p99 %.2f ms  (%d running, "

@@ -1,4 +1,5 @@
 // preempt-sched — the scheduler component's command line: simulate, plan, run.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,11 @@
 #include "preempt/sched/simulator.h"
 
 using namespace preempt;
+// The Alibaba trace shipped in the repository (data/traces/alibaba-gpu-2023).
+#ifndef PREEMPT_ALIBABA_TRACE_DIR
+#define PREEMPT_ALIBABA_TRACE_DIR "data/traces/alibaba-gpu-2023"
+#endif
+
 using namespace preempt::sched;
 
 namespace {
@@ -92,18 +98,20 @@ std::vector<std::string> Split(const std::string& s, char sep) {
   return out;
 }
 
-bool MakePolicy(const std::string& name, const Args& a, PolicyConfig* p) {
+bool MakePolicy(const std::string& name, const Args& a, PolicyOptions* p) {
   if (!PolicyByName(name, p)) {
     fprintf(stderr, "preempt-sched: unknown policy '%s'\n", name.c_str());
     return false;
   }
-  if (a.Has("policy-json") && p->kind == PolicyKind::kHintAware) {
-    Status s = PolicyFromJson(a.Get("policy-json"), p);
-    if (!s.ok()) {
-      Fail(s);
-      return false;
-    }
+  if (!a.Has("policy-json")) return true;
+  // Checked for every policy; applied to the hint-aware ones (the baselines stay as they are).
+  PolicyOptions with = *p;
+  Status s = PolicyFromJson(a.Get("policy-json"), &with);
+  if (!s.ok()) {
+    Fail(s);
+    return false;
   }
+  if (p->kind == PolicyKind::kHintAware) *p = with;
   return true;
 }
 
@@ -120,9 +128,17 @@ int Simulate(const Args& a) {
     trace = SyntheticTrace(o);
   } else if (which == "alibaba") {
     AlibabaOptions o;
-    o.dir = a.Get("alibaba-dir", "../shared/traces/alibaba-gpu-2023");
+    o.dir = a.Get("alibaba-dir", PREEMPT_ALIBABA_TRACE_DIR);
     o.gpus = static_cast<int>(a.Num("alibaba-gpus", 0));
     o.overload = a.Num("alibaba-overload", o.overload);
+    if (!(o.overload >= 1 && o.overload <= 100)) {
+      fprintf(stderr, "preempt-sched: --alibaba-overload: %g is not in [1, 100]\n", o.overload);
+      return 2;
+    }
+    if (a.Has("seed")) {
+      fprintf(stderr, "preempt-sched: --seed applies to --trace synthetic only (the Alibaba trace is fixed)\n");
+      return 2;
+    }
     o.max_jobs = static_cast<int>(a.Num("jobs", 0));
     Status s = LoadAlibabaTrace(o, &trace);
     if (!s.ok()) return Fail(s);
@@ -151,7 +167,7 @@ int Simulate(const Args& a) {
   std::string csv = MetricsCsvHeader();
   int rc = 0;
   for (const auto& name : Split(a.Get("policies", "fcfs,k8s,hint-norules,hint"), ',')) {
-    PolicyConfig p;
+    PolicyOptions p;
     if (!MakePolicy(name, a, &p)) return 2;
     SimResult r;
     Status s = Simulate(trace, p, so, &r);
@@ -186,7 +202,7 @@ int Plan(const Args& a) {
     return 2;
   }
   if (!s.ok()) return Fail(s);
-  PolicyConfig p;
+  PolicyOptions p;
   if (!MakePolicy(a.Get("policy", "hint"), a, &p)) return 2;
   Decisions d = Decide(st, p);
   for (const auto& n : notes) fprintf(stderr, "note: %s\n", n.c_str());
@@ -219,12 +235,34 @@ int Run(const Args& a) {
   return 0;
 }
 
+// Every flag must belong to the command: a misspelt one is refused, never ignored.
+bool KnownFlags(const Args& a) {
+  static const std::map<std::string, std::vector<std::string>> flags = {
+      {"simulate", {"trace", "alibaba-dir", "alibaba-gpus", "alibaba-overload", "seed", "jobs", "nodes", "gpus-per-node",
+                    "load", "policies", "policy-json", "grace", "naive", "csv", "write-trace"}},
+      {"plan", {"snapshot", "k8s", "gpus-per-node", "now", "policy", "policy-json", "json"}},
+      {"run", {"spec", "slots", "work-dir", "events", "timeout"}},
+  };
+  auto cmd = flags.find(a.cmd);
+  if (cmd == flags.end()) return true;  // an unknown command is reported by main
+  for (const auto& [key, value] : a.kv) {
+    if (key == "help") continue;
+    if (std::find(cmd->second.begin(), cmd->second.end(), key) == cmd->second.end()) {
+      fprintf(stderr, "preempt-sched %s: unknown flag --%s\n", a.cmd.c_str(), key.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Args a;
-  if (!ParseArgs(argc, argv, &a) || a.Has("help")) {
-    fprintf(stderr, "%s", kUsage);
+  const bool help = argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "help");
+  if (help || !ParseArgs(argc, argv, &a) || a.Has("help") || !KnownFlags(a)) {
+    fprintf(stderr, "%s\nPolicy fields (--policy-json, the run spec's \"policy\"):\n%s", kUsage,
+            PolicyFieldsHelp().c_str());
     return 2;
   }
   if (a.cmd == "simulate") return Simulate(a);

@@ -126,85 +126,6 @@ bool ParseRfc3339(const std::string& s, double* unix_out) {
   return true;
 }
 
-Status PolicyFromJson(const std::string& json, PolicyConfig* c) {
-  rapidjson::Document doc;
-  PREEMPT_RETURN_IF_ERROR(Parse(json, "policy", &doc));
-  std::map<std::string, double*> nums = {
-      {"checkpoint_deadline_s", &c->checkpoint_deadline_s},
-      {"min_runtime_s", &c->min_runtime_s},
-      {"cooldown_s", &c->cooldown_s},
-      {"budget_window_s", &c->budget_window_s},
-      {"budget_max_lost_gpu_hours", &c->budget_max_lost_gpu_hours},
-      {"reserved_headroom", &c->reserved_headroom},
-      {"low_guaranteed_share", &c->low_guaranteed_share},
-      {"hints_stale_s", &c->hints_stale_s},
-      {"unknown_lost_work_s", &c->unknown_lost_work_s},
-      {"unknown_save_s", &c->unknown_save_s},
-      {"restore_s", &c->restore_s},
-      {"wait_alert_s", &c->wait_alert_s},
-      {"kill_now_max_lost_s", &c->kill_now_max_lost_s},
-      {"high_tolerable_wait_s", &c->high_tolerable_wait_s},
-      {"tolerable_kill_max_lost_s", &c->tolerable_kill_max_lost_s},
-      {"high_min_runtime_override_s", &c->high_min_runtime_override_s},
-      {"nonhigh_preempt_delay_s", &c->nonhigh_preempt_delay_s},
-      {"defrag_min_wait_s", &c->defrag_min_wait_s},
-  };
-  for (auto it = doc.MemberBegin(); it != doc.MemberEnd(); ++it) {
-    std::string k = it->name.GetString();
-    const auto& v = it->value;
-    auto bad = [&](const char* want) {
-      return Status(StatusCode::kInvalidArgument, "policy: field '" + k + "': expected " + want);
-    };
-    if (k == "kind") {
-      std::string s = v.IsString() ? v.GetString() : "";
-      if (s == "fcfs") c->kind = PolicyKind::kFcfs;
-      else if (s == "k8s") c->kind = PolicyKind::kKubernetes;
-      else if (s == "hint") c->kind = PolicyKind::kHintAware;
-      else return bad("fcfs|k8s|hint");
-    } else if (k == "checkpoint_then_evict" || k == "refill_headroom" || k == "sigterm_save" ||
-               k == "kill_after_commit" || k == "kill_when_cheaper") {
-      if (!v.IsBool()) return bad("a boolean");
-      (k == "checkpoint_then_evict" ? c->checkpoint_then_evict
-       : k == "refill_headroom"     ? c->refill_headroom
-       : k == "sigterm_save"        ? c->sigterm_save
-       : k == "kill_after_commit"   ? c->kill_after_commit
-                                    : c->kill_when_cheaper) = v.GetBool();
-    } else if (k == "budget_max_preemptions" || k == "max_preemptors_per_pass" || k == "defrag_max_moves" ||
-               k == "tolerable_wait_min_gpus") {
-      if (!v.IsInt() || v.GetInt() < 0 || v.GetInt() > 1000000) return bad("an integer in [0, 1000000]");
-      (k == "budget_max_preemptions"    ? c->budget_max_preemptions
-       : k == "max_preemptors_per_pass" ? c->max_preemptors_per_pass
-       : k == "defrag_max_moves"        ? c->defrag_max_moves
-                                        : c->tolerable_wait_min_gpus) = v.GetInt();
-    } else if (k == "priority_value" || k == "preempts_lower") {
-      if (!v.IsArray() || v.Size() != kNumClasses) return bad("an array [low, medium, high]");
-      for (int i = 0; i < kNumClasses; ++i) {
-        if (k == "priority_value") {
-          if (!v[i].IsInt64()) return bad("integers");
-          c->priority_value[i] = v[i].GetInt64();
-        } else {
-          if (!v[i].IsBool()) return bad("booleans");
-          c->preempts_lower[i] = v[i].GetBool();
-        }
-      }
-    } else if (nums.count(k)) {
-      if (!v.IsNumber()) return bad("a number");
-      const double x = v.GetDouble();
-      if (k == "reserved_headroom" || k == "low_guaranteed_share") {
-        if (!(x >= 0 && x <= 1)) return bad("a fraction in [0, 1]");
-      } else if (k == "high_tolerable_wait_s") {  // < 0 means "the victim's own grace period"
-        if (!(std::fabs(x) <= 1e9)) return bad("a number of seconds in [-1e9, 1e9]");
-      } else if (!(x >= 0 && x <= 1e9)) {
-        return bad("a number in [0, 1e9]");
-      }
-      *nums[k] = x;
-    } else {
-      return Status(StatusCode::kInvalidArgument, "policy: unknown field '" + k + "'");
-    }
-  }
-  return Status::OK();
-}
-
 Status LoadSnapshot(const std::string& path, ClusterState* out, std::vector<std::string>* notes) {
   std::string text;
   PREEMPT_RETURN_IF_ERROR(ReadText(path, &text));
@@ -422,7 +343,8 @@ std::string DecisionsToJson(const ClusterState& st, const Decisions& d) {
   o << "{\"actions\":[";
   for (size_t i = 0; i < d.actions.size(); ++i) {
     const auto& a = d.actions[i];
-    o << (i ? "," : "") << "{\"action\":\"" << ActionKindName(a.kind) << "\",\"job\":" << JsonEscape(a.job)
+    o << (i ? "," : "") << "{\"action\":\"" << ActionKindName(a.kind) << "\",\"mode\":\"" << EvictionModeName(a.mode)
+      << "\",\"job\":" << JsonEscape(a.job)
       << ",\"node\":" << JsonEscape(a.node >= 0 && a.node < static_cast<int>(st.nodes.size()) ? st.nodes[a.node].name : "")
       << ",\"for\":" << JsonEscape(a.for_job) << ",\"est_lost_gpu_s\":" << a.est_lost_gpu_s
       << ",\"grace_s\":" << a.grace_s << ",\"move_to\":"

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "preempt/log.h"
+#include "preempt/sched/executor.h"
 #include "preempt/sched/plan.h"
 
 extern char** environ;
@@ -41,226 +42,264 @@ struct Proc {
   std::string hints_path, request_path;
 };
 
-}  // namespace
+// The launcher as an Executor: child processes on virtual GPU slots of one node.
+class Launcher final : public Executor {
+ public:
+  Launcher(const std::vector<RunJobSpec>& specs, const RunOptions& opt, std::vector<RunEvent>* events)
+      : specs_(specs), opt_(opt), events_(events), procs_(specs.size()), slot_owner_(opt.slots, -1) {}
+  ~Launcher();
 
-Status RunJobs(const std::vector<RunJobSpec>& specs, const RunOptions& opt, std::vector<RunEvent>* events) {
-  if (opt.slots < 1) return Status(StatusCode::kInvalidArgument, "run: slots must be >= 1");
-  if (opt.work_dir.empty()) return Status(StatusCode::kInvalidArgument, "run: work_dir is empty");
-  ::mkdir(opt.work_dir.c_str(), 0755);
-  const double t0 = NowUnix();
-  FILE* log = opt.event_log.empty() ? nullptr : fopen(opt.event_log.c_str(), "a");
-  auto emit = [&](const std::string& kind, const std::string& job, const std::string& detail) {
-    RunEvent e{NowUnix() - t0, kind, job, detail};
-    if (log) {
-      fprintf(log, "t=%.3f %s %s %s\n", e.t, kind.c_str(), job.c_str(), detail.c_str());
-      fflush(log);
-    }
-    PREEMPT_LOG_INFO("sched run: t=%.3f %s %s %s", e.t, kind.c_str(), job.c_str(), detail.c_str());
-    if (events) events->push_back(std::move(e));
-  };
+  Status Run();
 
-  ClusterState st;
-  st.nodes.push_back({"local", opt.slots});
-  std::vector<Proc> procs(specs.size());
-  std::vector<int> slot_owner(opt.slots, -1);
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].argv.empty()) return Status(StatusCode::kInvalidArgument, "run: job " + specs[i].id + " has no command");
-    if (specs[i].gpus > opt.slots)
-      return Status(StatusCode::kInvalidArgument, "run: job " + specs[i].id + " needs more GPUs than slots");
-    procs[i].spec = &specs[i];
-    procs[i].hints_path = opt.work_dir + "/" + specs[i].id + ".hints.json";
-    procs[i].request_path = procs[i].hints_path + ".request";
-    ::unlink(procs[i].hints_path.c_str());
-    ::unlink(procs[i].request_path.c_str());
-  }
-  auto job_of = [&](const std::string& id) -> int {
-    for (size_t k = 0; k < st.jobs.size(); ++k)
-      if (st.jobs[k].id == id) return static_cast<int>(k);
-    return -1;
-  };
-  int64_t next_request = 0;
-  Status result;
+  Status Start(const Job& j, const JobAction& a) override;
+  Status RequestCheckpoint(const Job& j, int64_t request_id, const JobAction& a) override;
+  Status Evict(const Job& j, const JobAction& a) override;
 
-  for (;;) {
-    double now = NowUnix();
-    if (now - t0 > opt.timeout_s) {
-      result = Status(StatusCode::kDeadlineExceeded, "run: timeout after " + std::to_string(opt.timeout_s) + " s");
-      break;
-    }
-    // Arrivals.
-    for (size_t i = 0; i < procs.size(); ++i) {
-      Proc& p = procs[i];
-      if (p.arrived || now - t0 < p.spec->submit_after_s) continue;
-      p.arrived = true;
-      Job j;
-      j.id = p.spec->id;
-      j.cls = p.spec->cls;
-      j.queue = p.spec->queue;
-      j.gpus = p.spec->gpus;
-      j.submit_time = now;
-      j.user = static_cast<int64_t>(i);
-      st.jobs.push_back(std::move(j));
-      emit("arrive", p.spec->id, std::string(PriorityClassName(p.spec->cls)) + " gpus=" + std::to_string(p.spec->gpus));
-    }
-    // Exits.
-    for (size_t k = 0; k < st.jobs.size();) {
-      Job& j = st.jobs[k];
-      Proc& p = procs[j.user];
-      int wstatus = 0;
-      if (p.pid <= 0 || ::waitpid(p.pid, &wstatus, WNOHANG) != p.pid) {
-        ++k;
-        continue;
-      }
-      std::string how = WIFEXITED(wstatus) ? "exit=" + std::to_string(WEXITSTATUS(wstatus))
-                                           : std::string("signal=") + strsignal(WTERMSIG(wstatus));
-      bool ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
-      p.pid = -1;
-      for (int s : p.slots) slot_owner[s] = -1;
-      p.slots.clear();
-      ::unlink(p.request_path.c_str());
-      if (p.sigterm_sent && !ok) {
-        bool moved = j.move_to >= 0;
-        emit(moved ? "moved" : "preempted", j.id, how + (p.killed ? " (SIGKILLed)" : ""));
-        if (moved)
-          j.RequeueAfterMove(now);
-        else
-          j.RequeueAfterPreemption(now);
-        p.sigterm_sent = p.killed = false;
-        ++k;
-        continue;
-      }
-      emit(ok ? "done" : "failed", j.id, how);
-      p.done = true;
-      st.jobs.erase(st.jobs.begin() + static_cast<long>(k));
-    }
-    // Escalate SIGTERM → SIGKILL after the grace period.
-    for (auto& p : procs) {
-      if (p.pid > 0 && p.sigterm_sent && !p.killed && now >= p.kill_at) {
-        ::kill(p.pid, SIGKILL);
-        p.killed = true;
-        emit("kill", p.spec->id, "grace period of " + std::to_string(p.spec->grace_s) + " s passed");
-      }
-    }
-    bool all_done = std::all_of(procs.begin(), procs.end(), [](const Proc& p) { return p.done; });
-    if (all_done) break;
+ private:
+  Status Prepare();
+  void Emit(const std::string& kind, const std::string& job, const std::string& detail);
+  void Arrivals();
+  void Exits();
+  void Escalate();
+  void RefreshHints();
+  pid_t Spawn(const Job& j, const std::string& devices, int* fork_errno);
 
-    // Hints of placed jobs (only those written by the current run count).
-    for (Job& j : st.jobs) {
-      if (j.phase == JobPhase::kPending) continue;
-      Proc& p = procs[j.user];
-      Hints h;
-      if (ReadHints(p.hints_path, &h).ok() && h.updated_unix >= p.start_unix - 0.5) {
-        j.hints = h;
-        if (j.phase == JobPhase::kCheckpointing && h.request_ack >= j.request_id && p.acked_logged < j.request_id) {
-          p.acked_logged = j.request_id;
-          emit("ack", j.id, "request " + std::to_string(j.request_id) + " committed at step " +
-                                std::to_string(h.last_commit.step));
-        }
-      }
-    }
-    st.now = now;
-    Decisions d = Decide(st, opt.policy);
-    for (const Action& a : d.actions) {
-      int k = job_of(a.job);
-      if (k < 0) continue;
-      Job& j = st.jobs[k];
-      Proc& p = procs[j.user];
-      switch (a.kind) {
-        case ActionKind::kStart: {
-          std::vector<int> slots;
-          for (int s = 0; s < opt.slots && static_cast<int>(slots.size()) < j.gpus; ++s)
-            if (slot_owner[s] < 0) slots.push_back(s);
-          if (static_cast<int>(slots.size()) < j.gpus) break;  // GPUs not yet released
-          std::string devices;
-          for (int s : slots) devices += (devices.empty() ? "" : ",") + std::to_string(s);
-          ::unlink(p.request_path.c_str());
-          // Everything the child needs is built before fork (only exec and _exit after it).
-          std::vector<std::string> env_store = {
-              "PREEMPT_JOB_ID=" + j.id, "PREEMPT_HINTS_FILE=" + p.hints_path,
-              "PREEMPT_REQUEST_FILE=" + p.request_path, "PREEMPT_GRACE_S=" + std::to_string(p.spec->grace_s),
-              "CUDA_VISIBLE_DEVICES=" + devices};
-          for (char** e = environ; *e; ++e) {
-            std::string kv = *e;
-            std::string key = kv.substr(0, kv.find('='));
-            if (key != "PREEMPT_JOB_ID" && key != "PREEMPT_HINTS_FILE" && key != "PREEMPT_REQUEST_FILE" &&
-                key != "PREEMPT_GRACE_S" && key != "CUDA_VISIBLE_DEVICES")
-              env_store.push_back(kv);
-          }
-          std::vector<char*> envp, argv;
-          for (auto& kv : env_store) envp.push_back(kv.data());
-          envp.push_back(nullptr);
-          std::vector<std::string> argv_store = p.spec->argv;
-          for (auto& a : argv_store) argv.push_back(a.data());
-          argv.push_back(nullptr);
-          pid_t pid = ::fork();
-          if (pid < 0) {
-            emit("failed", j.id, std::string("fork: ") + strerror(errno));
-            break;
-          }
-          if (pid == 0) {
-            ::execvpe(argv[0], argv.data(), envp.data());
-            static const char msg[] = "preempt-sched: exec failed\n";
-            ssize_t ignored = ::write(2, msg, sizeof msg - 1);
-            (void)ignored;
-            _exit(127);
-          }
-          p.pid = pid;
-          p.slots = slots;
-          for (int s : slots) slot_owner[s] = static_cast<int>(j.user);
-          p.start_unix = now;
-          j.phase = JobPhase::kRunning;
-          j.node = 0;
-          j.move_to = -1;
-          j.start_time = now;
-          j.hints.reset();
-          emit("start", j.id, "pid=" + std::to_string(pid) + " slots=" + devices + " # " + a.reason);
-          break;
-        }
-        case ActionKind::kRequestCheckpoint: {
-          CheckpointRequest req;
-          req.id = ++next_request;
-          Status s = WriteCheckpointRequest(p.request_path, req);
-          if (!s.ok()) {
-            emit("request-failed", j.id, s.ToString());
-            break;
-          }
-          j.phase = JobPhase::kCheckpointing;
-          if (a.to_node >= 0) j.move_to = a.to_node;
-          j.request_id = req.id;
-          j.request_time = now;
-          j.preemptor = a.for_job;
-          emit("request", j.id, "id=" + std::to_string(req.id) + " for " + a.for_job + " # " + a.reason);
-          break;
-        }
-        case ActionKind::kEvict: {
-          // grace_s: < 0 the job's own grace period, 0 kill at once, > 0 at most that long.
-          double grace = a.grace_s < 0 ? p.spec->grace_s : std::min(a.grace_s, p.spec->grace_s);
-          if (p.pid > 0 && !p.sigterm_sent) {
-            ::kill(p.pid, grace > 0 ? SIGTERM : SIGKILL);
-            p.sigterm_sent = true;
-            p.killed = grace <= 0;
-            p.kill_at = now + grace;
-          }
-          j.phase = JobPhase::kEvicting;
-          if (a.to_node >= 0) j.move_to = a.to_node;
-          j.preemptor = a.for_job;
-          emit("evict", j.id, std::string(grace > 0 ? "SIGTERM" : "SIGKILL") + " for " + a.for_job + " # " + a.reason);
-          break;
-        }
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::duration<double>(opt.tick_s));
-  }
+  const std::vector<RunJobSpec>& specs_;
+  const RunOptions& opt_;
+  std::vector<RunEvent>* events_;
+  std::vector<Proc> procs_;
+  std::vector<int> slot_owner_;
+  ClusterState st_;
+  FILE* log_ = nullptr;
+  double t0_ = 0, now_ = 0;
+  int64_t next_request_ = 0;
+};
+
+Launcher::~Launcher() {
   // Leave nothing behind.
-  for (auto& p : procs) {
+  for (auto& p : procs_) {
     if (p.pid > 0) {
       ::kill(p.pid, SIGKILL);
       ::waitpid(p.pid, nullptr, 0);
       p.pid = -1;
     }
   }
-  if (log) fclose(log);
-  return result;
+  if (log_) fclose(log_);
+}
+
+void Launcher::Emit(const std::string& kind, const std::string& job, const std::string& detail) {
+  RunEvent e{NowUnix() - t0_, kind, job, detail};
+  if (log_) {
+    fprintf(log_, "t=%.3f %s %s %s\n", e.t, kind.c_str(), job.c_str(), detail.c_str());
+    fflush(log_);
+  }
+  PREEMPT_LOG_INFO("sched run: t=%.3f %s %s %s", e.t, kind.c_str(), job.c_str(), detail.c_str());
+  if (events_) events_->push_back(std::move(e));
+}
+
+Status Launcher::Prepare() {
+  if (opt_.slots < 1) return Status(StatusCode::kInvalidArgument, "run: slots must be >= 1");
+  if (opt_.work_dir.empty()) return Status(StatusCode::kInvalidArgument, "run: work_dir is empty");
+  for (const RunJobSpec& spec : specs_) {
+    if (spec.argv.empty()) return Status(StatusCode::kInvalidArgument, "run: job " + spec.id + " has no command");
+    if (spec.gpus > opt_.slots)
+      return Status(StatusCode::kInvalidArgument, "run: job " + spec.id + " needs more GPUs than slots");
+  }
+  ::mkdir(opt_.work_dir.c_str(), 0755);
+  t0_ = NowUnix();
+  log_ = opt_.event_log.empty() ? nullptr : fopen(opt_.event_log.c_str(), "a");
+  st_.nodes.push_back({"local", opt_.slots});
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    procs_[i].spec = &specs_[i];
+    procs_[i].hints_path = opt_.work_dir + "/" + specs_[i].id + ".hints.json";
+    procs_[i].request_path = procs_[i].hints_path + ".request";
+    ::unlink(procs_[i].hints_path.c_str());
+    ::unlink(procs_[i].request_path.c_str());
+  }
+  return Status::OK();
+}
+
+void Launcher::Arrivals() {
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    Proc& p = procs_[i];
+    if (p.arrived || now_ - t0_ < p.spec->submit_after_s) continue;
+    p.arrived = true;
+    Job j;
+    j.id = p.spec->id;
+    j.cls = p.spec->cls;
+    j.queue = p.spec->queue;
+    j.gpus = p.spec->gpus;
+    j.submit_time = now_;
+    j.user = static_cast<int64_t>(i);
+    st_.jobs.push_back(std::move(j));
+    Emit("arrive", p.spec->id, std::string(PriorityClassName(p.spec->cls)) + " gpus=" + std::to_string(p.spec->gpus));
+  }
+}
+
+// Reaps exited children: preempted ones (exited after our SIGTERM) are requeued, the others are
+// done or failed and leave the cluster.
+void Launcher::Exits() {
+  for (size_t k = 0; k < st_.jobs.size();) {
+    Job& j = st_.jobs[k];
+    Proc& p = procs_[j.user];
+    int wstatus = 0;
+    if (p.pid <= 0 || ::waitpid(p.pid, &wstatus, WNOHANG) != p.pid) {
+      ++k;
+      continue;
+    }
+    std::string how = WIFEXITED(wstatus) ? "exit=" + std::to_string(WEXITSTATUS(wstatus))
+                                         : std::string("signal=") + strsignal(WTERMSIG(wstatus));
+    bool ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+    p.pid = -1;
+    for (int s : p.slots) slot_owner_[s] = -1;
+    p.slots.clear();
+    ::unlink(p.request_path.c_str());
+    if (p.sigterm_sent && !ok) {
+      Emit(j.move_to >= 0 ? "moved" : "preempted", j.id, how + (p.killed ? " (SIGKILLed)" : ""));
+      RequeueAfterExit(now_, &j);
+      p.sigterm_sent = p.killed = false;
+      ++k;
+      continue;
+    }
+    Emit(ok ? "done" : "failed", j.id, how);
+    p.done = true;
+    st_.jobs.erase(st_.jobs.begin() + static_cast<long>(k));
+  }
+}
+
+// SIGTERM -> SIGKILL after the grace period.
+void Launcher::Escalate() {
+  for (auto& p : procs_) {
+    if (p.pid > 0 && p.sigterm_sent && !p.killed && now_ >= p.kill_at) {
+      ::kill(p.pid, SIGKILL);
+      p.killed = true;
+      Emit("kill", p.spec->id, "grace period of " + std::to_string(p.spec->grace_s) + " s passed");
+    }
+  }
+}
+
+// Hints of placed jobs (only those written by the current run count).
+void Launcher::RefreshHints() {
+  for (Job& j : st_.jobs) {
+    if (j.phase == JobPhase::kPending) continue;
+    Proc& p = procs_[j.user];
+    Hints h;
+    if (!preempt::ReadHints(p.hints_path, &h).ok() || h.updated_unix < p.start_unix - 0.5) continue;
+    j.hints = h;
+    if (j.phase == JobPhase::kCheckpointing && h.request_ack >= j.request_id && p.acked_logged < j.request_id) {
+      p.acked_logged = j.request_id;
+      Emit("ack", j.id, "request " + std::to_string(j.request_id) + " committed at step " +
+                            std::to_string(h.last_commit.step));
+    }
+  }
+}
+
+Status Launcher::Run() {
+  PREEMPT_RETURN_IF_ERROR(Prepare());
+  for (;;) {
+    now_ = NowUnix();
+    if (now_ - t0_ > opt_.timeout_s)
+      return Status(StatusCode::kDeadlineExceeded, "run: timeout after " + std::to_string(opt_.timeout_s) + " s");
+    Arrivals();
+    Exits();
+    Escalate();
+    if (std::all_of(procs_.begin(), procs_.end(), [](const Proc& p) { return p.done; })) return Status::OK();
+    RefreshHints();
+    st_.now = now_;
+    // Refused actions (GPUs not yet released, a failed fork or request) are decided again next tick.
+    (void)ExecuteDecisions(Decide(st_, opt_.policy), now_, this, &st_, &next_request_).ok();
+    std::this_thread::sleep_for(std::chrono::duration<double>(opt_.tick_s));
+  }
+}
+
+// Forks and execs the job's command with its environment (everything built before fork: only
+// exec and _exit after it). Returns the pid, or -1 with fork's errno in *fork_errno.
+pid_t Launcher::Spawn(const Job& j, const std::string& devices, int* fork_errno) {
+  const Proc& p = procs_[j.user];
+  std::vector<std::string> env_store = {
+      "PREEMPT_JOB_ID=" + j.id, "PREEMPT_HINTS_FILE=" + p.hints_path,
+      "PREEMPT_REQUEST_FILE=" + p.request_path, "PREEMPT_GRACE_S=" + std::to_string(p.spec->grace_s),
+      "CUDA_VISIBLE_DEVICES=" + devices};
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    std::string key = kv.substr(0, kv.find('='));
+    if (key != "PREEMPT_JOB_ID" && key != "PREEMPT_HINTS_FILE" && key != "PREEMPT_REQUEST_FILE" &&
+        key != "PREEMPT_GRACE_S" && key != "CUDA_VISIBLE_DEVICES")
+      env_store.push_back(kv);
+  }
+  std::vector<char*> envp, argv;
+  for (auto& kv : env_store) envp.push_back(kv.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_store = p.spec->argv;
+  for (auto& a : argv_store) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) *fork_errno = errno;
+  if (pid == 0) {
+    ::execvpe(argv[0], argv.data(), envp.data());
+    static const char msg[] = "preempt-sched: exec failed\n";
+    ssize_t ignored = ::write(2, msg, sizeof msg - 1);
+    (void)ignored;
+    _exit(127);
+  }
+  return pid;
+}
+
+Status Launcher::Start(const Job& j, const JobAction& a) {
+  Proc& p = procs_[j.user];
+  std::vector<int> slots;
+  for (int s = 0; s < opt_.slots && static_cast<int>(slots.size()) < j.gpus; ++s)
+    if (slot_owner_[s] < 0) slots.push_back(s);
+  if (static_cast<int>(slots.size()) < j.gpus) return Status(StatusCode::kUnavailable, "GPUs not yet released");
+  std::string devices;
+  for (int s : slots) devices += (devices.empty() ? "" : ",") + std::to_string(s);
+  ::unlink(p.request_path.c_str());
+  int fork_errno = 0;
+  pid_t pid = Spawn(j, devices, &fork_errno);
+  if (pid < 0) {
+    std::string why = std::string("fork: ") + strerror(fork_errno);
+    Emit("failed", j.id, why);
+    return Status(StatusCode::kIoError, why);
+  }
+  p.pid = pid;
+  p.slots = slots;
+  for (int s : slots) slot_owner_[s] = static_cast<int>(j.user);
+  p.start_unix = now_;
+  Emit("start", j.id, "pid=" + std::to_string(pid) + " slots=" + devices + " # " + a.reason);
+  return Status::OK();
+}
+
+Status Launcher::RequestCheckpoint(const Job& j, int64_t request_id, const JobAction& a) {
+  CheckpointRequest req;
+  req.id = request_id;
+  Status s = WriteCheckpointRequest(procs_[j.user].request_path, req);
+  if (!s.ok()) {
+    Emit("request-failed", j.id, s.ToString());
+    return s;
+  }
+  Emit("request", j.id, "id=" + std::to_string(req.id) + " for " + a.for_job + " # " + a.reason);
+  return Status::OK();
+}
+
+Status Launcher::Evict(const Job& j, const JobAction& a) {
+  Proc& p = procs_[j.user];
+  // grace_s: < 0 the job's own grace period, 0 kill at once, > 0 at most that long.
+  double grace = a.grace_s < 0 ? p.spec->grace_s : std::min(a.grace_s, p.spec->grace_s);
+  if (p.pid > 0 && !p.sigterm_sent) {
+    ::kill(p.pid, grace > 0 ? SIGTERM : SIGKILL);
+    p.sigterm_sent = true;
+    p.killed = grace <= 0;
+    p.kill_at = now_ + grace;
+  }
+  Emit("evict", j.id, std::string(grace > 0 ? "SIGTERM" : "SIGKILL") + " for " + a.for_job + " # " + a.reason);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status RunJobs(const std::vector<RunJobSpec>& specs, const RunOptions& opt, std::vector<RunEvent>* events) {
+  Launcher launcher(specs, opt, events);
+  return launcher.Run();
 }
 
 Status LoadRunSpec(const std::string& path, std::vector<RunJobSpec>* jobs, RunOptions* opt) {

@@ -116,7 +116,7 @@ ClusterState StateFromBytes(Bytes& b) {
 // victims are placed on the node named, a checkpoint request goes only to a running job, a running
 // victim taken for a pending job is of a lower class (or is a move: high for high, to another node); FCFS
 // preempts no running job.
-void CheckDecisions(const ClusterState& st, const PolicyConfig& p, const Decisions& d, const char* name) {
+void CheckDecisions(const ClusterState& st, const PolicyOptions& p, const Decisions& d, const char* name) {
   const int nn = static_cast<int>(st.nodes.size()), nj = static_cast<int>(st.jobs.size());
   auto fail = [&](const std::string& m) { Fail(std::string(name) + ": " + m + "\n" + FormatDecisions(st, d)); };
   std::vector<int> used(nn, 0);
@@ -125,7 +125,7 @@ void CheckDecisions(const ClusterState& st, const PolicyConfig& p, const Decisio
     if (j.move_to >= 0 && j.phase != JobPhase::kRunning) used[j.move_to] += j.gpus;
   }
   std::vector<char> seen(nj, 0);
-  for (const Action& a : d.actions) {
+  for (const JobAction& a : d.actions) {
     if (a.job_index < 0 || a.job_index >= nj || st.jobs[a.job_index].id != a.job) fail("action names no job");
     if (seen[a.job_index]++) fail("job " + a.job + " in two actions");
     if (a.node < 0 || a.node >= nn || a.to_node >= nn) fail("action names a node out of range");
@@ -162,7 +162,7 @@ void CheckDecisions(const ClusterState& st, const PolicyConfig& p, const Decisio
 // Every policy on `st`: the decisions must keep CheckDecisions' rules and print.
 void DecideAll(const ClusterState& st) {
   for (const char* name : {"fcfs", "k8s", "hint-norules", "hint", "hint-nodefrag", "hint-refill"}) {
-    PolicyConfig p;
+    PolicyOptions p;
     PolicyByName(name, &p);
     Decisions d = Decide(st, p);
     CheckDecisions(st, p, d, name);
@@ -261,7 +261,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     case 3: {  // policy overrides
-      PolicyConfig p;
+      PolicyOptions p;
       if (!PolicyFromJson(text, &p).ok()) break;
       Trace t;
       SyntheticOptions o;
@@ -282,7 +282,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       SimOptions so;
       so.horizon_s = 86400;
       for (const char* name : {"k8s", "hint"}) {
-        PolicyConfig p;
+        PolicyOptions p;
         PolicyByName(name, &p);
         SimResult r;
         if (Simulate(t, p, so, &r).ok()) {

@@ -55,7 +55,7 @@ TEST(SchedFuzzCorpus, SeedsAreAcceptedByTheirParsers) {
   Hints h;
   s = HintsFromJson(Read("hints").substr(1), "hints", &h);
   EXPECT_TRUE(s.ok()) << s.ToString();
-  PolicyConfig p;
+  PolicyOptions p;
   s = PolicyFromJson(Read("policy").substr(1), &p);
   EXPECT_TRUE(s.ok()) << s.ToString();
   Trace t;

@@ -47,7 +47,7 @@ TEST(Plan, SnapshotWithHintFilesRanksTheCheaperVictim) {
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_NE(notes[0].find("job c"), std::string::npos) << notes[0];
   // b has the least uncommitted work; c (unknown cost) is never taken as free.
-  PolicyConfig pc = HintAwareNoRulesPolicy();
+  PolicyOptions pc = HintAwareNoRulesPolicy();
   pc.kill_now_max_lost_s = 0;  // b's 60 s uncommitted would otherwise be killed at once (below)
   Decisions d = Decide(st, pc);
   ASSERT_EQ(d.actions.size(), 1u) << FormatDecisions(st, d);
@@ -235,7 +235,7 @@ TEST(Plan, Rfc3339) {
 }
 
 TEST(Plan, PolicyOverrides) {
-  PolicyConfig p;
+  PolicyOptions p;
   ASSERT_TRUE(PolicyFromJson(R"({"kind":"k8s","min_runtime_s":5,"checkpoint_then_evict":false,
                                  "budget_max_preemptions":3,"preempts_lower":[false,false,true],
                                  "nonhigh_preempt_delay_s":60,"defrag_max_moves":2,"defrag_min_wait_s":30})",
@@ -255,17 +255,26 @@ TEST(Plan, PolicyOverrides) {
   EXPECT_NE(s.message().find("unknown field 'min_runtime'"), std::string::npos) << s.ToString();
   s = PolicyFromJson(R"({"cooldown_s":"x"})", &p);
   EXPECT_NE(s.message().find("field 'cooldown_s'"), std::string::npos) << s.ToString();
-  // Ranges: fractions in [0, 1], times >= 0 (except the tolerable wait: < 0 = the victim's grace),
-  // counts >= 0.
+  // Ranges: fractions in [0, 1], times >= 0, counts >= 0; the tolerable wait is a mode or seconds > 0.
   for (const char* doc : {R"({"reserved_headroom":1.5})", R"({"low_guaranteed_share":-0.1})",
                           R"({"min_runtime_s":-1})", R"({"cooldown_s":1e300})", R"({"defrag_max_moves":-1})",
-                          R"({"high_tolerable_wait_s":-1e300})"}) {
-    PolicyConfig q;
+                          R"({"high_tolerable_wait":-1})", R"({"high_tolerable_wait":0})",
+                          R"({"high_tolerable_wait":"grace"})", R"({"high_tolerable_wait_s":10})"}) {
+    PolicyOptions q;
     EXPECT_EQ(PolicyFromJson(doc, &q).code(), StatusCode::kInvalidArgument) << doc;
   }
-  ASSERT_TRUE(PolicyFromJson(R"({"high_tolerable_wait_s":-1,"reserved_headroom":1,"tolerable_kill_max_lost_s":0})",
+  ASSERT_TRUE(PolicyFromJson(R"({"high_tolerable_wait":"off","reserved_headroom":1,"tolerable_kill_max_lost_s":0})",
                              &p).ok());
-  EXPECT_EQ(p.high_tolerable_wait_s, -1);
+  EXPECT_EQ(p.high_tolerable_wait, TolerableWait::kOff);
+  ASSERT_TRUE(PolicyFromJson(R"({"high_tolerable_wait":15})", &p).ok());
+  EXPECT_EQ(p.high_tolerable_wait, TolerableWait::kFixed);
+  EXPECT_EQ(p.high_tolerable_wait_s, 15);
+  ASSERT_TRUE(PolicyFromJson(R"({"high_tolerable_wait":"victim-grace"})", &p).ok());
+  EXPECT_EQ(p.high_tolerable_wait, TolerableWait::kVictimGrace);
+  // A refused document changes nothing.
+  PolicyOptions before = p;
+  EXPECT_FALSE(PolicyFromJson(R"({"min_runtime_s":7,"cooldown_s":-1})", &p).ok());
+  EXPECT_EQ(p.min_runtime_s, before.min_runtime_s);
   EXPECT_EQ(p.tolerable_kill_max_lost_s, 0);
   ASSERT_TRUE(PolicyFromJson(R"({"tolerable_wait_min_gpus":1})", &p).ok());
   EXPECT_EQ(p.tolerable_wait_min_gpus, 1);
@@ -288,14 +297,14 @@ TEST(Plan, SnapshotPlanShowsMoves) {
   ClusterState st;
   std::vector<std::string> notes;
   ASSERT_TRUE(LoadSnapshot(dir / "snap.json", &st, &notes).ok());
-  Decisions d = Decide(st, PolicyConfig());
+  Decisions d = Decide(st, PolicyOptions());
   std::string text = FormatDecisions(st, d), json = DecisionsToJson(st, d);
   EXPECT_NE(text.find(" move_to=n"), std::string::npos) << text;
   EXPECT_NE(json.find("\"move_to\":\"n"), std::string::npos) << json;
   int moves = 0;
   for (const auto& a : d.actions) moves += a.to_node >= 0;
   EXPECT_EQ(moves, 1) << text;
-  PolicyConfig off;
+  PolicyOptions off;
   ASSERT_TRUE(PolicyFromJson(R"({"defrag_max_moves":0})", &off).ok());
   d = Decide(st, off);
   EXPECT_TRUE(d.actions.empty()) << FormatDecisions(st, d);
@@ -342,6 +351,18 @@ TEST(Cli, SimulatePlanAndUsage) {
   EXPECT_EQ(run("frobnicate", &out), 2);
   EXPECT_EQ(run("simulate --policies nope", &out), 2);
   EXPECT_EQ(run("plan --snapshot x --policy-json '{\"bogus\":1}'", &out), 1) << out;
+  // Misspelt flags and out-of-range values are refused, never ignored or replaced.
+  EXPECT_EQ(run("simulate --policies k8s --jobs 5 --policy-json '{\"bogus\":1}'", &out), 2) << out;
+  EXPECT_NE(out.find("unknown field 'bogus'"), std::string::npos) << out;
+  EXPECT_EQ(run("simulate --polices fcfs", &out), 2);
+  EXPECT_NE(out.find("unknown flag --polices"), std::string::npos) << out;
+  EXPECT_EQ(run("plan --snapshot x --slots 2", &out), 2) << out;
+  EXPECT_EQ(run("simulate --trace alibaba --alibaba-overload 0", &out), 2) << out;
+  EXPECT_NE(out.find("--alibaba-overload"), std::string::npos) << out;
+  EXPECT_EQ(run("simulate --trace alibaba --seed 3", &out), 2) << out;
+  // --help lists every policy field.
+  EXPECT_EQ(run("--help", &out), 2);
+  EXPECT_NE(out.find("defrag_max_moves"), std::string::npos) << out;
 }
 
 }  // namespace

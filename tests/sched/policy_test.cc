@@ -4,78 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+
+#include "policy_test_support.h"
 
 namespace preempt::sched {
 namespace {
 
-constexpr double kNow = 100000;
-
-Hints MakeHints(double lost_s, double persist_s = 2, double age_s = 0) {
-  Hints h;
-  h.job = "j";
-  h.updated_unix = kNow - age_s;
-  h.lost_work_s = lost_s;
-  h.cost.drain_s = 0.1;
-  h.cost.stall_s = 0.4;
-  h.cost.persist_s = persist_s;
-  h.last_commit.step = 100;  // has committed: a restart pays the restore
-  return h;
-}
-
-struct B {  // a small builder for cluster states
-  ClusterState st;
-  explicit B(std::vector<int> node_gpus) {
-    st.now = kNow;
-    for (size_t i = 0; i < node_gpus.size(); ++i) st.nodes.push_back({"n" + std::to_string(i), node_gpus[i]});
-  }
-  Job& Run(const std::string& id, PriorityClass c, int gpus, int node, double started_ago, std::optional<Hints> h,
-           const std::string& queue = "q") {
-    Job j;
-    j.id = id;
-    j.cls = c;
-    j.gpus = gpus;
-    j.node = node;
-    j.queue = queue;
-    j.phase = JobPhase::kRunning;
-    j.submit_time = kNow - started_ago - 10;
-    j.start_time = kNow - started_ago;
-    j.hints = h;
-    j.restore_s = 10;
-    st.jobs.push_back(j);
-    return st.jobs.back();
-  }
-  Job& Pend(const std::string& id, PriorityClass c, int gpus, double waited = 5) {
-    Job j;
-    j.id = id;
-    j.cls = c;
-    j.gpus = gpus;
-    j.submit_time = kNow - waited;
-    st.jobs.push_back(j);
-    return st.jobs.back();
-  }
-};
-
-const Action* Find(const Decisions& d, const std::string& job) {
-  for (const auto& a : d.actions)
-    if (a.job == job) return &a;
-  return nullptr;
-}
-
-std::string Dump(const Decisions& d) {
-  std::string s;
-  for (const auto& a : d.actions) s += std::string(ActionKindName(a.kind)) + " " + a.job + " # " + a.reason + "\n";
-  return s;
-}
-
-constexpr auto L = PriorityClass::kLow;
-constexpr auto M = PriorityClass::kMedium;
-constexpr auto H = PriorityClass::kHigh;
-
-PolicyConfig Hint() {
-  PolicyConfig c = HintAwareNoRulesPolicy();
-  c.kill_now_max_lost_s = 0;  // the kill-now rule has its own tests (KillNow*); these test the rest
-  return c;
-}
+using namespace policy_testing;
 
 TEST(Policy, Names) {
   PriorityClass c;
@@ -83,7 +19,7 @@ TEST(Policy, Names) {
   EXPECT_EQ(c, M);
   EXPECT_FALSE(ParsePriorityClass("urgent", &c));
   EXPECT_STREQ(PolicyKindName(PolicyKind::kKubernetes), "k8s");
-  PolicyConfig d;
+  PolicyOptions d;
   EXPECT_EQ(d.priority_value[2], 1000000);
   EXPECT_EQ(d.priority_value[1], 100);
   EXPECT_EQ(d.priority_value[0], 1);
@@ -207,7 +143,7 @@ TEST(Policy, NeverCommittedJobHasNothingToRestore) {
   b.Run("fresh", L, 1, 0, 30, fresh);
   b.Run("old", L, 1, 1, 3600, MakeHints(25));  // less uncommitted work, but a 10 s restore
   b.Pend("hi", H, 1);
-  PolicyConfig c = Hint();
+  PolicyOptions c = Hint();
   c.checkpoint_then_evict = false;
   Decisions d = Decide(b.st, c);
   ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
@@ -235,7 +171,7 @@ TEST(Policy, CheckpointThenEvictCanBeTurnedOff) {
   B b({1});
   b.Run("a", L, 1, 0, 3600, MakeHints(900));
   b.Pend("hi", H, 1);
-  PolicyConfig c = Hint();
+  PolicyOptions c = Hint();
   c.checkpoint_then_evict = false;
   Decisions d = Decide(b.st, c);
   ASSERT_EQ(d.actions.size(), 1u);
@@ -251,7 +187,7 @@ TEST(Policy, PrefersLowerClassAndNeverEqualOrHigher) {
   b.Pend("hi", H, 2);
   b.Pend("med2", M, 2);
   Decisions d = Decide(b.st, Hint());
-  const Action* low = Find(d, "low");
+  const JobAction* low = Find(d, "low");
   ASSERT_TRUE(low) << Dump(d);
   EXPECT_EQ(low->for_job, "hi");
   EXPECT_FALSE(Find(d, "high")) << Dump(d);
@@ -263,7 +199,7 @@ TEST(Policy, ClassWithNeverPolicyDoesNotPreempt) {
   B b({1});
   b.Run("low", L, 1, 0, 3600, MakeHints(100));
   b.Pend("med", M, 1);
-  PolicyConfig c = Hint();
+  PolicyOptions c = Hint();
   EXPECT_EQ(Decide(b.st, c).actions.size(), 1u);
   c.preempts_lower[1] = false;
   EXPECT_TRUE(Decide(b.st, c).actions.empty());
@@ -276,7 +212,7 @@ TEST(Policy, MinimumRuntimeProtectsRecentlyResumedJobs) {
   b.Run("fresh", L, 1, 0, 30, MakeHints(1));
   b.Run("old", L, 1, 1, 5000, MakeHints(4000));
   b.Pend("hi", H, 1);
-  PolicyConfig c = Hint();
+  PolicyOptions c = Hint();
   c.min_runtime_s = 300;
   Decisions d = Decide(b.st, c);
   ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
@@ -295,7 +231,7 @@ TEST(Policy, CooldownDelaysRestart) {
   B b({4});
   Job& j = b.Pend("victim", L, 1);
   j.last_preempted = kNow - 100;
-  PolicyConfig c = Hint();
+  PolicyOptions c = Hint();
   c.cooldown_s = 300;
   Decisions d = Decide(b.st, c);
   EXPECT_TRUE(d.actions.empty());
@@ -325,7 +261,7 @@ TEST(Policy, PerQueuePreemptionBudget) {
     b.Run("pricey", L, 1, 1, 3600, MakeHints(2000), "batch");
     b.Pend("hi", H, 1);
     b.st.history = c.history;
-    PolicyConfig p = Hint();
+    PolicyOptions p = Hint();
     p.budget_window_s = 3600;
     p.budget_max_preemptions = c.max_preemptions;
     p.budget_max_lost_gpu_hours = c.max_lost_gpu_h;
@@ -341,7 +277,7 @@ TEST(Policy, BudgetExhaustedSuggestsAction) {
   b.Run("only", L, 1, 0, 3600, MakeHints(10), "research");
   b.Pend("hi", H, 1, 900);
   b.st.history = {{kNow - 100, "research", 0.1}};
-  PolicyConfig p = Hint();
+  PolicyOptions p = Hint();
   p.budget_max_preemptions = 1;
   p.wait_alert_s = 600;
   Decisions d = Decide(b.st, p);
@@ -363,7 +299,7 @@ TEST(Policy, ReservedHeadroomIsForHighPriority) {
     B b({20});
     b.Run("filler", L, c.used_by_low, 0, 3600, MakeHints(1));
     b.Pend("new", c.cls, 1);
-    PolicyConfig p = Hint();
+    PolicyOptions p = Hint();
     p.reserved_headroom = 0.15;
     Decisions d = Decide(b.st, p);
     EXPECT_EQ(Find(d, "new") != nullptr, c.starts) << PriorityClassName(c.cls) << " " << c.used_by_low << Dump(d);
@@ -376,7 +312,7 @@ TEST(Policy, NonHighBlockedOnlyByTheReserveWaitsInsteadOfPreempting) {
   B b({20});
   b.Run("lows", L, 17, 0, 3600, MakeHints(1000));
   b.Pend("med", M, 1);
-  PolicyConfig p = Hint();
+  PolicyOptions p = Hint();
   p.reserved_headroom = 0.15;
   EXPECT_TRUE(Decide(b.st, p).actions.empty()) << Dump(Decide(b.st, p));
   B full({2, 2});
@@ -413,13 +349,13 @@ TEST(Policy, NonHighPreemptDelayTable) {
     b.Run("low", L, 1, 0, 3600, MakeHints(900));
     Job& p = b.Pend("p", c.cls, 1, c.waited_s);
     if (c.requeued_ago_s >= 0) p.last_preempted = kNow - c.requeued_ago_s;
-    PolicyConfig cfg = Hint();
+    PolicyOptions cfg = Hint();
     cfg.nonhigh_preempt_delay_s = c.delay_s;
     Decisions d = Decide(b.st, cfg);
-    const Action* victim = Find(d, "low");
+    const JobAction* victim = Find(d, "low");
     EXPECT_EQ(victim != nullptr, c.preempts) << c.name << "\n" << Dump(d);
     if (c.free_gpu) {
-      const Action* start = Find(d, "p");
+      const JobAction* start = Find(d, "p");
       ASSERT_TRUE(start) << c.name << "\n" << Dump(d);
       EXPECT_EQ(start->kind, ActionKind::kStart) << c.name;
     }
@@ -429,7 +365,7 @@ TEST(Policy, NonHighPreemptDelayTable) {
     EXPECT_EQ(d.recheck_at, c.recheck_at) << c.name;
   }
   // The default policy has the delay on; the no-rules preset and the baselines do not.
-  EXPECT_GT(PolicyConfig().nonhigh_preempt_delay_s, 0);
+  EXPECT_GT(PolicyOptions().nonhigh_preempt_delay_s, 0);
   EXPECT_EQ(HintAwareNoRulesPolicy().nonhigh_preempt_delay_s, 0);
 }
 
@@ -444,7 +380,7 @@ TEST(Policy, LowGuaranteedShareIsNotPreempted) {
     b.Run("low2", L, 2, 1, 3600, MakeHints(5000));
     b.Run("high", H, 2, 2, 3600, MakeHints(100));
     b.Pend("hi2", H, 2);
-    PolicyConfig p = Hint();
+    PolicyOptions p = Hint();
     p.low_guaranteed_share = c.share;  // of 6 GPUs: floor(1.5) = 1, floor(3) = 3; low holds 4
     Decisions d = Decide(b.st, p);
     EXPECT_EQ(Find(d, "low") != nullptr, c.preempted) << c.share << Dump(d);
@@ -453,7 +389,7 @@ TEST(Policy, LowGuaranteedShareIsNotPreempted) {
   B b({10});
   b.Pend("low", L, 1);
   b.Run("m", M, 9, 0, 10, MakeHints(1));
-  PolicyConfig p = Hint();
+  PolicyOptions p = Hint();
   p.reserved_headroom = 0.5;
   p.low_guaranteed_share = 0.1;
   EXPECT_TRUE(Find(Decide(b.st, p), "low"));
@@ -477,7 +413,7 @@ TEST(Policy, RefillKeepsReservedHeadroomFree) {
     int low = c.high_used == 0 ? 8 : 10 - c.high_used;
     for (int i = 0; i < low; ++i) b.Run("low" + std::to_string(i), L, 1, 0, 3600, MakeHints(100 + i));
     if (c.high_used) b.Run("high", H, c.high_used, 0, 3600, MakeHints(1));
-    PolicyConfig p = Hint();
+    PolicyOptions p = Hint();
     p.reserved_headroom = 0.2;
     p.refill_headroom = c.refill;
     Decisions d = Decide(b.st, p);
@@ -499,7 +435,7 @@ TEST(Policy, RefillKeepsReservedHeadroomFree) {
   b.Run("high", H, 2, 0, 3600, MakeHints(1));
   b.st.jobs[0].phase = JobPhase::kCheckpointing;
   b.st.jobs[1].phase = JobPhase::kCheckpointing;
-  PolicyConfig p = Hint();
+  PolicyOptions p = Hint();
   p.reserved_headroom = 0.2;
   p.refill_headroom = true;
   for (const auto& a : Decide(b.st, p).actions) EXPECT_NE(a.kind, ActionKind::kRequestCheckpoint) << a.job;
@@ -511,506 +447,6 @@ TEST(Policy, RefillKeepsReservedHeadroomFree) {
   p.refill_headroom = false;
   p.reserved_headroom = 0.1;
   EXPECT_TRUE(Find(Decide(q.st, p), "newlow"));
-}
-
-TEST(Policy, CheckpointingVictimIsEvictedAfterAckOrDeadline) {
-  struct Case {
-    const char* name;
-    int64_t ack;
-    double requested_ago;
-    bool evict;
-  };
-  const Case cases[] = {{"acknowledged", 7, 1, true},
-                        {"older ack", 6, 1, false},
-                        {"deadline passed", 0, 121, true}};
-  for (const auto& c : cases) {
-    B b({1});
-    Job& v = b.Run("v", L, 1, 0, 3600, MakeHints(1));
-    v.phase = JobPhase::kCheckpointing;
-    v.request_id = 7;
-    v.request_time = kNow - c.requested_ago;
-    v.preemptor = "hi";
-    v.hints->request_ack = c.ack;
-    b.Pend("hi", H, 1);
-    PolicyConfig p = Hint();
-    p.checkpoint_deadline_s = 120;
-    Decisions d = Decide(b.st, p);
-    const Action* a = Find(d, "v");
-    EXPECT_EQ(a != nullptr, c.evict) << c.name << Dump(d);
-    if (a) {
-      EXPECT_EQ(a->kind, ActionKind::kEvict);
-      EXPECT_EQ(a->for_job, "hi");
-    } else {
-      EXPECT_NEAR(d.recheck_at, kNow - c.requested_ago + 120, 1e-6) << c.name;
-    }
-    EXPECT_FALSE(Find(d, "hi")) << "the preemptor waits for its victim\n" << Dump(d);
-  }
-}
-
-TEST(Policy, PreemptorWaitsForItsVictimsThenStarts) {
-  B b({2});
-  Job& v = b.Run("v", L, 1, 0, 3600, MakeHints(1));
-  v.phase = JobPhase::kEvicting;
-  v.preemptor = "hi";
-  b.Run("other", L, 1, 0, 3600, MakeHints(1));
-  b.Pend("hi", H, 1);
-  b.Pend("lowpend", L, 1);
-  Decisions d = Decide(b.st, Hint());
-  EXPECT_TRUE(d.actions.empty()) << "no second victim, no theft of the freed slot\n" << Dump(d);
-  b.st.jobs.erase(b.st.jobs.begin());  // the victim left
-  d = Decide(b.st, Hint());
-  ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
-  EXPECT_EQ(d.actions[0].job, "hi");
-}
-
-TEST(Policy, TwoPreemptorsGetDistinctVictims) {
-  B b({1, 1, 1});
-  b.Run("a", L, 1, 0, 3600, MakeHints(10));
-  b.Run("b", L, 1, 1, 3600, MakeHints(20));
-  b.Run("c", L, 1, 2, 3600, MakeHints(30));
-  b.Pend("h1", H, 1, 10);
-  b.Pend("h2", H, 1, 5);
-  Decisions d = Decide(b.st, Hint());
-  ASSERT_EQ(d.actions.size(), 2u) << Dump(d);
-  EXPECT_EQ(d.actions[0].job, "a");
-  EXPECT_EQ(d.actions[0].for_job, "h1");
-  EXPECT_EQ(d.actions[1].job, "b");
-  EXPECT_EQ(d.actions[1].for_job, "h2");
-}
-
-TEST(Policy, MultiGpuPreemptorNeedsOneNode) {
-  B b({4, 4});
-  b.Run("a", L, 2, 0, 3600, MakeHints(10));
-  b.Run("b", L, 2, 0, 3600, MakeHints(3000));
-  b.Run("c", L, 2, 1, 3600, MakeHints(1000));
-  b.Run("d", H, 2, 1, 3600, MakeHints(1));
-  b.Pend("hi", H, 4);
-  Decisions d = Decide(b.st, Hint());
-  // Node 1 cannot free 4 (d is high): both a and b on node 0 go.
-  ASSERT_EQ(d.actions.size(), 2u) << Dump(d);
-  EXPECT_TRUE(Find(d, "a") && Find(d, "b")) << Dump(d);
-}
-
-TEST(Policy, WaitEstimateForPreemptorsIsTheCheckpointTime) {
-  B b({1});
-  b.Run("v", L, 1, 0, 3600, MakeHints(900, /*persist=*/4));
-  b.Pend("hi", H, 1, 30);
-  Decisions d = Decide(b.st, Hint());
-  ASSERT_EQ(d.waits.size(), 1u);
-  EXPECT_EQ(d.waits[0].job, "hi");
-  EXPECT_NEAR(d.waits[0].est_wait_s, 30 + 0.1 + 0.4 + 4, 1e-6);  // waited + drain + stall + persist
-  EXPECT_TRUE(d.waits[0].suggestion.empty());
-  // Two seconds into the checkpoint: 2.5 s left.
-  b.st.jobs[0].phase = JobPhase::kCheckpointing;
-  b.st.jobs[0].request_id = 1;
-  b.st.jobs[0].request_time = kNow - 2;
-  b.st.jobs[0].preemptor = "hi";
-  d = Decide(b.st, Hint());
-  ASSERT_EQ(d.waits.size(), 1u);
-  EXPECT_NEAR(d.waits[0].est_wait_s, 30 + 2.5, 1e-6);
-}
-
-TEST(Policy, WaitEstimateSuggestsCapacityWhenOnlyHighRuns) {
-  B b({2});
-  b.Run("h", H, 2, 0, 3600, MakeHints(1));
-  b.Pend("hi", H, 2, 1000);
-  PolicyConfig p;  // all rules on
-  Decisions d = Decide(b.st, p);
-  EXPECT_TRUE(d.actions.empty());
-  ASSERT_EQ(d.waits.size(), 1u);
-  EXPECT_TRUE(std::isinf(d.waits[0].est_wait_s));
-  EXPECT_NE(d.waits[0].suggestion.find("add capacity"), std::string::npos) << d.waits[0].suggestion;
-}
-
-TEST(Policy, EstimatedLostWork) {
-  PolicyConfig p;
-  Job j;
-  EXPECT_EQ(EstimatedLostWork(j, kNow, p), p.unknown_lost_work_s);
-  j.hints = MakeHints(10, 2, 5);  // 5 s old, training: 15 s now
-  EXPECT_NEAR(EstimatedLostWork(j, kNow, p), 15, 1e-9);
-  EXPECT_TRUE(HintsFresh(j, kNow, p));
-  j.hints->updated_unix = kNow - p.hints_stale_s - 1;
-  EXPECT_FALSE(HintsFresh(j, kNow, p));
-  EXPECT_EQ(EstimatedLostWork(j, kNow, p), p.unknown_lost_work_s);
-}
-
-// How a victim is preempted for a high-priority job: SIGTERM-save inside its grace, checkpoint
-// first, or kill at once (small uncommitted work; a save slower than the tolerable wait).
-TEST(Policy, VictimEvictionModeTable) {
-  struct Case {
-    const char* name;
-    double lost_s, granted_s, persist_s;  // victim's uncommitted work, grace granted, persist time
-    bool sigterm_save;
-    double kill_now_max_lost_s, tolerable_s;
-    PriorityClass preemptor;
-    ActionKind kind;
-    double grace_s;
-    const char* reason;
-    bool unmeasured = false;  // hints carry no checkpoint cost (all zero: never measured)
-    bool kill_when_cheaper = true;
-    double kill_max_lost_s = 0;  // tolerable_kill_max_lost_s (0 = no limit)
-    int min_gpus = 1;            // tolerable_wait_min_gpus (the preemptor here has 1 GPU)
-  } cases[] = {
-      {"save fits grace: SIGTERM", 900, 30, 2, true, 120, -1, H, ActionKind::kEvict, -1, "saves within its 30 s grace"},
-      {"sigterm_save off: checkpoint first", 900, 30, 2, false, 120, -1, H, ActionKind::kRequestCheckpoint, -1,
-       "checkpoint first"},
-      {"grant unknown: checkpoint first", 900, 0, 2, true, 120, 0, H, ActionKind::kRequestCheckpoint, -1,
-       "checkpoint first"},
-      {"small uncommitted: kill now", 60, 30, 2, true, 120, -1, H, ActionKind::kEvict, 0, "kill now, only 60 s"},
-      {"kill-now off", 60, 30, 2, true, 0, -1, H, ActionKind::kEvict, -1, "saves within"},
-      {"kill-now only for high", 60, 30, 2, true, 120, -1, M, ActionKind::kEvict, -1, "saves within"},
-      {"save slower than its grace: kill", 900, 10, 20, true, 120, -1, H, ActionKind::kEvict, 0,
-       "would outlast the 10 s tolerable wait (its grace period)"},
-      {"fixed tolerable wait", 900, 60, 20, true, 120, 15, H, ActionKind::kEvict, 0, "would outlast the 15 s"},
-      {"too slow, but 900 s uncommitted > 600 s limit: checkpoint first", 900, 10, 20, true, 120, -1, H,
-       ActionKind::kRequestCheckpoint, -1, "checkpoint first", false, true, 600},
-      {"too slow, 500 s uncommitted <= 600 s limit: kill", 500, 10, 20, true, 120, -1, H, ActionKind::kEvict, 0,
-       "would outlast the 10 s tolerable wait (its grace period); 500 s uncommitted", false, true, 600},
-      {"too slow, but a 1-GPU preemptor waits (tolerable wait from 2 GPUs)", 500, 10, 20, true, 120, -1, H,
-       ActionKind::kRequestCheckpoint, -1, "checkpoint first", false, true, 600, 2},
-      {"tolerable wait off: checkpoint first", 900, 10, 20, true, 120, 0, H, ActionKind::kRequestCheckpoint, -1,
-       "checkpoint first"},
-      {"medium preemptor waits for the save", 900, 10, 20, true, 120, -1, M, ActionKind::kRequestCheckpoint, -1,
-       "checkpoint first"},
-      {"less uncommitted than a save loses", 1, 30, 20, true, 0, -1, H, ActionKind::kEvict, 0,
-       "less than a save would lose"},
-      {"kill_when_cheaper off: it saves anyway", 1, 30, 20, true, 0, -1, H, ActionKind::kEvict, -1, "saves within",
-       false, false},
-      {"unmeasured save cost is not free (60 s assumed): 30 s uncommitted is killed", 30, 30, 0, true, 0, -1, H,
-       ActionKind::kEvict, 0, "less than a save would lose", true},
-      {"unmeasured save cost, 900 s uncommitted: checkpoint first, 60 s assumed > 30 s grace", 900, 30, 0, true, 0,
-       0, H, ActionKind::kRequestCheckpoint, -1, "checkpoint first (60.0 s)", true},
-      {"unmeasured save cost vs a 30 s tolerable wait: kill", 900, 30, 0, true, 0, -1, H, ActionKind::kEvict, 0,
-       "its save (60.0 s) would outlast the 30 s tolerable wait", true},
-  };
-  for (const auto& c : cases) {
-    B b({1});
-    Hints h = MakeHints(c.lost_s, c.persist_s);
-    if (c.unmeasured) h.cost = Hints::Cost{};
-    h.grace.granted_s = c.granted_s;
-    h.grace.needed_s = h.checkpoint_s();
-    b.Run("v", L, 1, 0, 3600, h);
-    b.Pend("p", c.preemptor, 1);
-    PolicyConfig p = HintAwareNoRulesPolicy();
-    p.kill_when_cheaper = c.kill_when_cheaper;
-    p.sigterm_save = c.sigterm_save;
-    p.kill_now_max_lost_s = c.kill_now_max_lost_s;
-    p.high_tolerable_wait_s = c.tolerable_s;
-    p.tolerable_kill_max_lost_s = c.kill_max_lost_s;
-    p.tolerable_wait_min_gpus = c.min_gpus;
-    Decisions d = Decide(b.st, p);
-    ASSERT_EQ(d.actions.size(), 1u) << c.name << "\n" << Dump(d);
-    EXPECT_EQ(d.actions[0].kind, c.kind) << c.name << "\n" << Dump(d);
-    EXPECT_EQ(d.actions[0].grace_s, c.grace_s) << c.name << "\n" << Dump(d);
-    EXPECT_NE(d.actions[0].reason.find(c.reason), std::string::npos) << c.name << "\n" << Dump(d);
-  }
-}
-
-// Default tolerable-wait rule: a slow saver (save longer than its grace) with little uncommitted
-// work is killed for a high preemptor of >= 2 GPUs, which would otherwise wait for it with the
-// GPUs already freed sitting idle; a 1-GPU preemptor waits for its save.
-TEST(Policy, SlowSaverIsKilledOnlyForMultiGpuPreemptors) {
-  auto slow = [] {
-    Hints h = MakeHints(300, 40);  // 300 s uncommitted, save ~40.5 s
-    h.grace.granted_s = 30;
-    h.grace.needed_s = h.checkpoint_s();
-    return h;
-  };
-  auto fast = [] {
-    Hints h = MakeHints(900, 2);
-    h.grace.granted_s = 30;
-    h.grace.needed_s = h.checkpoint_s();
-    return h;
-  };
-  {
-    B b({2});
-    b.Run("slow", L, 1, 0, 3600, slow());
-    b.Run("fast", L, 1, 0, 3600, fast());
-    b.Pend("big", H, 2);
-    Decisions d = Decide(b.st, HintAwareNoRulesPolicy());
-    const Action* s = Find(d, "slow");
-    const Action* f = Find(d, "fast");
-    ASSERT_NE(s, nullptr) << Dump(d);
-    ASSERT_NE(f, nullptr) << Dump(d);
-    EXPECT_EQ(s->kind, ActionKind::kEvict) << Dump(d);
-    EXPECT_EQ(s->grace_s, 0) << Dump(d);
-    EXPECT_NE(s->reason.find("would outlast the 30 s tolerable wait"), std::string::npos) << Dump(d);
-    EXPECT_EQ(f->grace_s, -1) << Dump(d);  // saves within its grace
-  }
-  {
-    B b({1});
-    b.Run("slow", L, 1, 0, 3600, slow());
-    b.Pend("small", H, 1);
-    Decisions d = Decide(b.st, HintAwareNoRulesPolicy());
-    const Action* s = Find(d, "slow");
-    ASSERT_NE(s, nullptr) << Dump(d);
-    EXPECT_EQ(s->kind, ActionKind::kRequestCheckpoint) << Dump(d);
-    PolicyConfig all = HintAwareNoRulesPolicy();
-    all.tolerable_wait_min_gpus = 1;
-    d = Decide(b.st, all);
-    s = Find(d, "slow");
-    ASSERT_NE(s, nullptr) << Dump(d);
-    EXPECT_EQ(s->grace_s, 0) << Dump(d);
-  }
-}
-
-// After the requested commit is durable the victim is killed at once (no second save), unless off.
-TEST(Policy, KillAfterCommitTable) {
-  for (bool on : {true, false}) {
-    B b({1});
-    Hints h = MakeHints(1);
-    h.request_ack = 7;
-    b.Run("v", L, 1, 0, 3600, h);
-    b.st.jobs[0].phase = JobPhase::kCheckpointing;
-    b.st.jobs[0].request_id = 7;
-    b.st.jobs[0].request_time = kNow - 3;
-    b.st.jobs[0].preemptor = "hi";
-    b.Pend("hi", H, 1);
-    PolicyConfig p = Hint();
-    p.kill_after_commit = on;
-    Decisions d = Decide(b.st, p);
-    const Action* a = Find(d, "v");
-    ASSERT_NE(a, nullptr) << Dump(d);
-    EXPECT_EQ(a->kind, ActionKind::kEvict);
-    EXPECT_EQ(a->grace_s, on ? 0 : -1) << Dump(d);
-    EXPECT_NE(a->reason.find(on ? "killing now" : "evicting"), std::string::npos) << Dump(d);
-  }
-}
-
-// A high job waiting past high_min_runtime_override_s may take a victim inside its minimum run
-// time, never one preempted within cooldown + minimum run time; the wait cause says why it waits.
-TEST(Policy, HighMinRuntimeOverrideTable) {
-  struct Case {
-    const char* name;
-    double override_s, waited_s, victim_preempted_ago;
-    bool preempts;
-    WaitCause cause;
-  } cases[] = {
-      {"off", 0, 5000, 1e9, false, WaitCause::kMinRuntime},
-      {"not waited long enough", 600, 100, 1e9, false, WaitCause::kMinRuntime},
-      {"waited long enough", 600, 700, 1e9, true, WaitCause::kVictimsLeaving},
-      {"victim preempted recently: still protected", 600, 700, 400, false, WaitCause::kMinRuntime},
-  };
-  for (const auto& c : cases) {
-    B b({1});
-    b.Run("v", L, 1, 0, 100, MakeHints(50));  // started 100 s ago: inside min run time 300
-    b.st.jobs[0].last_preempted = kNow - c.victim_preempted_ago;
-    b.Pend("hi", H, 1, c.waited_s);
-    PolicyConfig p = Hint();
-    p.min_runtime_s = 300;
-    p.cooldown_s = 300;
-    p.high_min_runtime_override_s = c.override_s;
-    Decisions d = Decide(b.st, p);
-    EXPECT_EQ(Find(d, "v") != nullptr, c.preempts) << c.name << "\n" << Dump(d);
-    ASSERT_EQ(d.waits.size(), 1u) << c.name;
-    EXPECT_EQ(d.waits[0].cause, c.cause) << c.name << " " << WaitCauseName(d.waits[0].cause);
-    if (!c.preempts && c.override_s > 0 && c.waited_s < c.override_s) {
-      EXPECT_LE(d.recheck_at, kNow - c.waited_s + c.override_s) << c.name;
-    }
-  }
-}
-
-TEST(Policy, WaitCauseTable) {
-  {  // only high jobs run: no victim
-    B b({1});
-    b.Run("h", H, 1, 0, 3600, MakeHints(1));
-    b.Pend("hi", H, 1);
-    Decisions d = Decide(b.st, Hint());
-    ASSERT_EQ(d.waits.size(), 1u);
-    EXPECT_EQ(d.waits[0].cause, WaitCause::kNoVictim);
-  }
-  {  // the only victim would take low below its guaranteed share
-    B b({4});
-    b.Run("l", L, 4, 0, 3600, MakeHints(100));
-    b.Pend("hi", H, 4);
-    PolicyConfig p = Hint();
-    p.low_guaranteed_share = 0.5;
-    Decisions d = Decide(b.st, p);
-    ASSERT_EQ(d.waits.size(), 1u) << Dump(d);
-    EXPECT_EQ(d.waits[0].cause, WaitCause::kLowShare);
-  }
-  {  // per-queue budget spent
-    B b({1});
-    b.Run("l", L, 1, 0, 3600, MakeHints(100));
-    b.Pend("hi", H, 1);
-    b.st.history.push_back({kNow - 10, "q", 0.01});
-    PolicyConfig p = Hint();
-    p.budget_max_preemptions = 1;
-    Decisions d = Decide(b.st, p);
-    ASSERT_EQ(d.waits.size(), 1u) << Dump(d);
-    EXPECT_EQ(d.waits[0].cause, WaitCause::kBudget);
-  }
-  EXPECT_STREQ(WaitCauseName(WaitCause::kVictimsLeaving), "victims-leaving");
-}
-
-// Defragmentation: a 4-GPU high job, two 4-GPU nodes each holding a 1-GPU high job. No node can be
-// cleared of lower-priority jobs alone; moving one small high job (save, restart elsewhere) can.
-struct DefragCase {
-  const char* name;
-  int max_moves = 4;
-  double h1_started_ago = 1000;  // < 300: inside its minimum run time
-  double h1_hints_age = 0;       // > 300: stale
-  double h1_moved_ago = -1;      // >= 0: moved that long ago
-  bool h2_movable = true;
-  bool free_gpu_on_n1 = false;   // n1 has a free GPU instead of the 1-GPU low job l1a
-  // Expected: which job moves where (or none), and what is evicted for whom.
-  const char* moved = "h1";
-  int to_node = 1;
-  std::vector<std::pair<const char*, const char*>> evicted;  // (victim, for)
-};
-
-TEST(Policy, DefragMovesSmallHighJobsTable) {
-  const std::vector<DefragCase> cases = {
-      {"moves the cheaper high job; its place is a low victim elsewhere", 4, 1000, 0, -1, true, false, "h1", 1,
-       {{"l0a", "J"}, {"l1a", "h1"}}},
-      {"off", 0, 1000, 0, -1, true, false, nullptr, -1, {}},
-      {"h1 inside its minimum run time: h2 moves instead", 4, 100, 0, -1, true, false, "h2", 0,
-       {{"l1a", "J"}, {"l1b", "J"}, {"l0a", "h2"}}},
-      {"h1 with stale hints is never moved", 4, 1000, 1000, -1, true, false, "h2", 0,
-       {{"l1a", "J"}, {"l1b", "J"}, {"l0a", "h2"}}},
-      {"h1 moved within cooldown + minimum run time is not moved again", 4, 1000, 0, 400, true, false, "h2", 0,
-       {{"l1a", "J"}, {"l1b", "J"}, {"l0a", "h2"}}},
-      {"nothing movable: J waits", 4, 100, 0, -1, false, false, nullptr, -1, {}},
-      {"a free GPU elsewhere: no victim for the moved job", 4, 1000, 0, -1, true, true, "h1", 1, {{"l0a", "J"}}},
-  };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.name);
-    B b({4, 4});
-    Job& h1 = b.Run("h1", H, 1, 0, c.h1_started_ago, MakeHints(50, 2, c.h1_hints_age));
-    if (c.h1_moved_ago >= 0) h1.last_moved = kNow - c.h1_moved_ago;
-    b.Run("l0a", L, 3, 0, 1000, MakeHints(100));
-    b.Run("h2", H, 1, 1, c.h2_movable ? 1000 : 100, MakeHints(50, 5));
-    if (!c.free_gpu_on_n1) b.Run("l1a", L, 1, 1, 1000, MakeHints(100));
-    b.Run("l1b", L, 2, 1, 1000, MakeHints(100));
-    b.Pend("J", H, 4);
-    PolicyConfig p = Hint();
-    p.min_runtime_s = 300;
-    p.cooldown_s = 300;
-    p.defrag_max_moves = c.max_moves;
-    Decisions d = Decide(b.st, p);
-    EXPECT_EQ(Find(d, "J"), nullptr) << Dump(d);  // it waits for the node to clear
-    int moves = 0, evictions = 0;
-    for (const auto& a : d.actions) {
-      ASSERT_NE(a.kind, ActionKind::kStart) << Dump(d);
-      if (a.to_node >= 0) {
-        ++moves;
-        ASSERT_NE(c.moved, nullptr) << Dump(d);
-        EXPECT_EQ(a.job, c.moved) << Dump(d);
-        EXPECT_EQ(a.to_node, c.to_node) << Dump(d);
-        EXPECT_EQ(a.for_job, "J");
-        EXPECT_NE(a.reason.find("move to n" + std::to_string(c.to_node)), std::string::npos) << a.reason;
-        EXPECT_NE(a.grace_s, 0) << "a moved job saves: " << a.reason;
-      } else {
-        ++evictions;
-        bool expected = false;
-        for (const auto& [victim, for_job] : c.evicted) expected |= a.job == victim && a.for_job == for_job;
-        EXPECT_TRUE(expected) << "unexpected: " << Dump(d);
-      }
-    }
-    EXPECT_EQ(moves, c.moved ? 1 : 0) << Dump(d);
-    EXPECT_EQ(evictions, static_cast<int>(c.evicted.size())) << Dump(d);
-    if (!c.moved) {
-      ASSERT_EQ(d.waits.size(), 1u);
-      EXPECT_EQ(d.waits[0].cause, WaitCause::kNoVictim);
-    }
-  }
-}
-
-TEST(Policy, DefragNeverMovesJobsAsLargeAsThePreemptorOrTooMany) {
-  {  // every node is full of 2-GPU high jobs and the preemptor needs 2: nothing smaller to move
-    B b({4, 4});
-    for (int n = 0; n < 2; ++n)
-      for (int k = 0; k < 2; ++k) b.Run("h" + std::to_string(n) + std::to_string(k), H, 2, n, 1000, MakeHints(50));
-    b.Pend("J", H, 2);
-    PolicyConfig p = Hint();
-    p.defrag_max_moves = 4;
-    Decisions d = Decide(b.st, p);
-    EXPECT_TRUE(d.actions.empty()) << Dump(d);
-    ASSERT_EQ(d.waits.size(), 1u);
-    EXPECT_EQ(d.waits[0].cause, WaitCause::kNoVictim);
-  }
-  {  // clearing any node would need 3 moves; the limit is 2
-    B b({4, 4});
-    for (int n = 0; n < 2; ++n) {
-      for (int k = 0; k < 3; ++k) b.Run("h" + std::to_string(n) + std::to_string(k), H, 1, n, 1000, MakeHints(50));
-      b.Run("l" + std::to_string(n), L, 1, n, 1000, MakeHints(100));
-    }
-    b.Pend("J", H, 4);
-    PolicyConfig p = Hint();
-    p.defrag_max_moves = 2;
-    Decisions d = Decide(b.st, p);
-    EXPECT_TRUE(d.actions.empty()) << Dump(d);
-    p.defrag_max_moves = 3;  // now possible, but the 3 moved jobs need 3 places on the other node: none
-    d = Decide(b.st, p);
-    EXPECT_TRUE(d.actions.empty()) << Dump(d);
-  }
-}
-
-TEST(Policy, MovedJobRestartsOnItsNodeWhichIsHeldForIt) {
-  {  // pending moved job: restarts on move_to although best fit would pick the other node
-    B b({4, 4});
-    b.Run("l0", L, 3, 0, 1000, MakeHints(100));  // n0: 1 free (best fit for 1 GPU)
-    b.Run("l1", L, 2, 1, 1000, MakeHints(100));  // n1: 2 free
-    Job& m = b.Pend("m", H, 1, 5000);
-    m.move_to = 1;
-    Decisions d = Decide(b.st, Hint());
-    const Action* a = Find(d, "m");
-    ASSERT_NE(a, nullptr) << Dump(d);
-    EXPECT_EQ(a->kind, ActionKind::kStart);
-    EXPECT_EQ(a->node, 1) << a->reason;
-  }
-  {  // while it is still saving, its GPU on n1 is held: a pending low job does not take it
-    B b({4, 4});
-    Job& m = b.Run("m", H, 1, 0, 1000, MakeHints(50));
-    m.phase = JobPhase::kEvicting;
-    m.preemptor = "J";
-    m.move_to = 1;
-    b.Run("l0", L, 3, 0, 1000, MakeHints(100));
-    b.Run("l1", L, 2, 1, 1000, MakeHints(100));  // n1: 2 free, 1 held for m
-    b.Pend("p", L, 2);
-    Decisions d = Decide(b.st, Hint());
-    EXPECT_EQ(Find(d, "p"), nullptr) << Dump(d);
-    b.st.jobs[0].move_to = -1;  // not a moved job: p fits on n1
-    d = Decide(b.st, Hint());
-    ASSERT_NE(Find(d, "p"), nullptr) << Dump(d);
-    EXPECT_EQ(Find(d, "p")->node, 1);
-  }
-  {  // its node is full but a job there is leaving: it waits for it, not elsewhere
-    B b({4, 4});
-    b.Run("l0", L, 3, 0, 1000, MakeHints(100));
-    Job& v = b.Run("v", L, 1, 1, 1000, MakeHints(100));
-    v.phase = JobPhase::kEvicting;
-    v.preemptor = "m";
-    b.Run("l1", L, 3, 1, 1000, MakeHints(100));
-    Job& m = b.Pend("m", H, 1, 5000);
-    m.move_to = 1;
-    Decisions d = Decide(b.st, Hint());
-    EXPECT_EQ(Find(d, "m"), nullptr) << Dump(d);
-    // ...and when nothing is leaving there any more, it is placed like any pending job.
-    b.st.jobs[1].phase = JobPhase::kRunning;
-    d = Decide(b.st, Hint());
-    ASSERT_NE(Find(d, "m"), nullptr) << Dump(d);
-    EXPECT_EQ(Find(d, "m")->node, 0);
-  }
-}
-
-TEST(Policy, RequeueAfterMoveKeepsItsPlaceAndSkipsTheCooldown) {
-  Job j;
-  j.phase = JobPhase::kEvicting;
-  j.node = 0;
-  j.move_to = 1;
-  j.preemptor = "J";
-  j.hints = MakeHints(1);
-  j.RequeueAfterMove(kNow);
-  EXPECT_EQ(j.phase, JobPhase::kPending);
-  EXPECT_EQ(j.move_to, 1);
-  EXPECT_EQ(j.moves, 1);
-  EXPECT_EQ(j.preemptions, 0);
-  EXPECT_EQ(j.last_moved, kNow);
-  EXPECT_TRUE(std::isinf(j.last_preempted));
-  EXPECT_FALSE(j.hints.has_value());
-  j.RequeueAfterPreemption(kNow);  // a preemption forgets any move
-  EXPECT_EQ(j.move_to, -1);
 }
 
 }  // namespace

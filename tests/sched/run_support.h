@@ -65,7 +65,7 @@ inline RunOptions Options(const std::string& dir, int slots, double timeout_s) {
 
 // Rules off that would get in the way of a seconds-long scenario, and checkpoint-then-evict end
 // to end: request, commit, SIGTERM (the job's own stop save), exit.
-inline void CheckpointThenEvictPolicy(PolicyConfig* p) {
+inline void CheckpointThenEvictPolicy(PolicyOptions* p) {
   p->min_runtime_s = 0;
   p->cooldown_s = 0.2;
   p->reserved_headroom = 0;

@@ -28,7 +28,7 @@ TEST(Simulator, InvariantsHoldForEveryPolicyAndSeed) {
   for (uint64_t seed : {1, 2, 3}) {
     Trace t = SyntheticTrace(Small(seed));
     for (const char* name : {"fcfs", "k8s", "hint-norules", "hint-ckpt", "hint", "hint-nodefrag", "hint-refill"}) {
-      PolicyConfig p;
+      PolicyOptions p;
       ASSERT_TRUE(PolicyByName(name, &p));
       SimResult r;
       ASSERT_TRUE(Simulate(t, p, SimOptions(), &r).ok());
@@ -64,8 +64,8 @@ TEST(Simulator, DeterministicPerSeed) {
   for (size_t i = 0; i < a.jobs.size(); ++i) differs |= a.jobs[i].submit != c.jobs[i].submit;
   EXPECT_TRUE(differs);
   SimResult r1, r2;
-  ASSERT_TRUE(Simulate(a, PolicyConfig(), SimOptions(), &r1).ok());
-  ASSERT_TRUE(Simulate(b, PolicyConfig(), SimOptions(), &r2).ok());
+  ASSERT_TRUE(Simulate(a, PolicyOptions(), SimOptions(), &r1).ok());
+  ASSERT_TRUE(Simulate(b, PolicyOptions(), SimOptions(), &r2).ok());
   EXPECT_EQ(MetricsCsvRow("t", r1.metrics).substr(0, 80), MetricsCsvRow("t", r2.metrics).substr(0, 80));
   EXPECT_EQ(r1.finish, r2.finish);
   EXPECT_EQ(r1.metrics.preemptions, r2.metrics.preemptions);
@@ -96,18 +96,18 @@ TEST(Simulator, LostWorkModel) {
   // low has committed 1000 and 2000 (durable at 1008, 2008); preempting it at 2500 without a save
   // loses 500 s; with a save the snapshot is taken after the 1 s drain, and the 1 s stall and 8 s
   // persist after it are lost (9 s); every restart from a commit pays the 30 s restore.
-  PolicyConfig ckpt = HintAwareNoRulesPolicy();
+  PolicyOptions ckpt = HintAwareNoRulesPolicy();
   ckpt.sigterm_save = false;
   ckpt.kill_now_max_lost_s = 0;
-  ckpt.high_tolerable_wait_s = 0;
-  PolicyConfig tol_off = HintAwareNoRulesPolicy();
-  tol_off.high_tolerable_wait_s = 0;
-  PolicyConfig tol_grace = HintAwareNoRulesPolicy();  // a high job waits at most the victim's grace
-  tol_grace.high_tolerable_wait_s = -1;
+  ckpt.high_tolerable_wait = TolerableWait::kOff;
+  PolicyOptions tol_off = HintAwareNoRulesPolicy();
+  tol_off.high_tolerable_wait = TolerableWait::kOff;
+  PolicyOptions tol_grace = HintAwareNoRulesPolicy();  // a high job waits at most the victim's grace
+  tol_grace.high_tolerable_wait = TolerableWait::kVictimGrace;
   tol_grace.tolerable_wait_min_gpus = 1;  // the preemptor here has 1 GPU
   struct Case {
     const char* name;
-    PolicyConfig policy;
+    PolicyOptions policy;
     bool sigterm_saves;
     double grace_s, high_submit;
     double lost_gpu_s, high_start;
@@ -174,7 +174,7 @@ TEST(Simulator, RequestedCheckpointStallDelaysTheVictim) {
   high.submit = 95;
   high.duration_s = 10;
   t.jobs = {low, high};
-  PolicyConfig p = HintAwareNoRulesPolicy();
+  PolicyOptions p = HintAwareNoRulesPolicy();
   p.sigterm_save = false;
   p.kill_now_max_lost_s = 0;
   p.kill_when_cheaper = false;
@@ -229,7 +229,7 @@ TEST(Simulator, InvariantsHoldWithManyMoves) {
       j.restore_s = 5 + rnd() * 20;
       t.jobs.push_back(j);
     }
-    PolicyConfig on, off;
+    PolicyOptions on, off;
     ASSERT_TRUE(PolicyByName("hint", &on));
     ASSERT_TRUE(PolicyByName("hint-nodefrag", &off));
     SimResult a, b;
@@ -263,7 +263,7 @@ TEST(Simulator, AntiThrashingRulesGiveZeroThrashCycles) {
   SimOptions so;
   so.thrash_window_s = 600;
   SimResult with, without;
-  PolicyConfig rules;  // defaults: cooldown 300 + min run time 300 ≥ thrash window
+  PolicyOptions rules;  // defaults: cooldown 300 + min run time 300 ≥ thrash window
   ASSERT_TRUE(Simulate(t, rules, so, &with).ok());
   ASSERT_TRUE(Simulate(t, HintAwareNoRulesPolicy(), so, &without).ok());
   EXPECT_EQ(with.metrics.thrash_cycles, 0);
@@ -293,9 +293,9 @@ TEST(Simulator, DefragStartsTheLargeHighJobAndTheMovedJobResumes) {
   add("h2", 2, PriorityClass::kHigh, 1, 100000);   // n1
   add("l2", 3, PriorityClass::kLow, 3, 50000);     // n1
   add("J", 2000, PriorityClass::kHigh, 4, 1000);
-  PolicyConfig on;
+  PolicyOptions on;
   ASSERT_TRUE(PolicyByName("hint", &on));
-  PolicyConfig off;
+  PolicyOptions off;
   ASSERT_TRUE(PolicyByName("hint-nodefrag", &off));
   SimResult with, without;
   ASSERT_TRUE(Simulate(t, on, SimOptions(), &with).ok());
@@ -326,7 +326,7 @@ TEST(Simulator, HorizonStopsEarly) {
   SimOptions o;
   o.horizon_s = 3600;
   SimResult r;
-  ASSERT_TRUE(Simulate(t, PolicyConfig(), o, &r).ok());
+  ASSERT_TRUE(Simulate(t, PolicyOptions(), o, &r).ok());
   EXPECT_LT(r.metrics.completed, r.metrics.jobs);
   EXPECT_EQ(r.metrics.capacity_violations, 0);
 }
@@ -339,11 +339,11 @@ TEST(Simulator, JobLargerThanAnyNodeIsReportedAndSkipped) {
   j.gpus = 4;
   t.jobs = {j};
   SimResult r;
-  ASSERT_TRUE(Simulate(t, PolicyConfig(), SimOptions(), &r).ok());
+  ASSERT_TRUE(Simulate(t, PolicyOptions(), SimOptions(), &r).ok());
   ASSERT_EQ(r.violations.size(), 1u);
   EXPECT_NE(r.violations[0].find("huge"), std::string::npos);
   Trace empty;
-  EXPECT_EQ(Simulate(empty, PolicyConfig(), SimOptions(), &r).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Simulate(empty, PolicyOptions(), SimOptions(), &r).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(TraceCsv, RoundTripAndErrors) {
@@ -398,7 +398,7 @@ TEST(Simulator, RejectsInvalidTraces) {
   Trace base = SyntheticTrace(Small(1));
   auto expect_bad = [&](Trace t, const std::string& needle) {
     SimResult r;
-    Status s = Simulate(t, PolicyConfig(), SimOptions(), &r);
+    Status s = Simulate(t, PolicyOptions(), SimOptions(), &r);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << needle;
     EXPECT_NE(s.message().find(needle), std::string::npos) << s.ToString();
   };
@@ -455,6 +455,12 @@ TEST(AlibabaTrace, MappingOnAFixture) {
   EXPECT_EQ(t.nodes.size(), 3u);
   o.dir = dir / "absent";
   EXPECT_EQ(LoadAlibabaTrace(o, &t).code(), StatusCode::kNotFound);
+  // A missing column is named.
+  WriteFileOrDie(dir / "pods.csv", "name,cpu_milli,memory_mib,num_gpu,creation_time,deletion_time,scheduled_time\n");
+  o.dir = dir.path();
+  Status s = LoadAlibabaTrace(o, &t);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_NE(s.message().find("missing column 'qos'"), std::string::npos) << s.ToString();
 }
 
 TEST(OfferedDemand, PeaksOverallAndPerClass) {

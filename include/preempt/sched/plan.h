@@ -44,10 +44,6 @@ std::string FormatDecisions(const ClusterState& state, const Decisions& d);
 // The same as a JSON object {"actions":[...],"waits":[...]}.
 std::string DecisionsToJson(const ClusterState& state, const Decisions& d);
 
-// Applies a JSON object of PolicyConfig overrides ({"kind":"hint","min_runtime_s":0,...}) to
-// *inout; unknown keys are an error naming the key.
-Status PolicyFromJson(const std::string& json_object, PolicyConfig* inout);
-
 // Parses RFC 3339 UTC times as Kubernetes writes them ("2026-12-02T13:40:00Z"); false if not.
 bool ParseRfc3339(const std::string& s, double* unix_out);
 

@@ -34,7 +34,7 @@ struct RunJobSpec {
 
 struct RunOptions {
   int slots = 1;                   // virtual GPU slots on this machine (one node)
-  PolicyConfig policy;
+  PolicyOptions policy;
   double tick_s = 0.02;
   std::string work_dir;            // hints and request files go here (<id>.hints.json)
   double timeout_s = 3600;         // everything is killed past this; returns kDeadlineExceeded
@@ -55,7 +55,7 @@ Status RunJobs(const std::vector<RunJobSpec>& jobs, const RunOptions& opt, std::
 //   {"slots": 2, "work_dir": "/tmp/x", "policy": {"min_runtime_s": 0, ...},
 //    "jobs": [{"id":"a","class":"low","queue":"q","gpus":1,"submit_after_s":0,"grace_s":10,
 //              "command":["./trainer","--steps","100"]}]}
-// Policy keys: the PolicyConfig field names (numbers/booleans) and "kind" (fcfs|k8s|hint).
+// Policy keys: the PolicyOptions field names (numbers/booleans) and "kind" (fcfs|k8s|hint).
 Status LoadRunSpec(const std::string& path, std::vector<RunJobSpec>* jobs, RunOptions* opt);
 // The same from text; `origin` names it in errors.
 Status ParseRunSpec(const std::string& text, const std::string& origin, std::vector<RunJobSpec>* jobs,

@@ -1,4 +1,4 @@
-// preempt/sched/simulator.h — traces and a discrete-event simulator that runs any PolicyConfig.
+// preempt/sched/simulator.h — traces and a discrete-event simulator that runs any PolicyOptions.
 //
 // Model. Each job arrives at `submit`, needs `gpus` GPUs on one node for `duration_s` seconds of
 // training. While it runs it takes a periodic checkpoint every `ckpt_interval_s` of progress; the
@@ -13,7 +13,7 @@
 // examples/k8s does, or one fixed value). A preempt-aware job (SimOptions::sigterm_saves) stops
 // training after draining, saves (stall + persist) and exits when the save fits its grace; otherwise it is
 // SIGKILLed when the grace ends and loses the work since its last commit. A naive job exits at
-// once. A policy may also kill a victim at once (Action::grace_s = 0). GPUs free
+// once. A policy may also kill a victim at once (JobAction::grace_s = 0). GPUs free
 // `eviction_latency_s` after the process is gone. The simulator gives the policy exact, fresh hints
 // (grace.granted_s included).
 //
@@ -71,11 +71,12 @@ Status LoadTraceCsv(const std::string& path, Trace* out);
 Status ParseTraceCsv(const std::string& text, const std::string& origin, Trace* out);
 Status WriteTraceCsv(const std::string& path, const Trace& trace);
 
-// The Alibaba GPU trace (cluster-trace-gpu-v2023 "openb"): pods.csv + gpu_nodes.csv in `dir`.
-// Mapping and the checkpoint model are documented in docs/sched.md.
+// The Alibaba GPU trace (cluster-trace-gpu-v2023 "openb"): pods.csv in `dir` (the repository ships
+// it in data/traces/alibaba-gpu-2023). The trace is used as it is (no randomness); the cluster is
+// sized from its demand, not from the production node list. Mapping and the checkpoint model are
+// documented in docs/sched.md.
 struct AlibabaOptions {
   std::string dir;
-  uint64_t seed = 1;
   // Cluster size: 0 = scale down so that the peak whole-GPU demand is `overload` x capacity
   // (the production cluster is far larger than this trace's demand), in 8-GPU nodes.
   int gpus = 0;
@@ -159,11 +160,7 @@ struct SimResult {
 // no nodes, a node or job id twice, GPU counts out of range, times negative, not finite or above
 // 1e10 s, a checkpoint interval under 1 s. Simulate() checks it first.
 Status ValidateTrace(const Trace& trace);
-Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions& opt, SimResult* out);
-
-// "fcfs" | "k8s" | "hint-norules" | "hint-ckpt" | "hint" | "hint-nodefrag" | "hint-refill" → preset
-// (false when unknown).
-bool PolicyByName(const std::string& name, PolicyConfig* out);
+Status Simulate(const Trace& trace, const PolicyOptions& policy, const SimOptions& opt, SimResult* out);
 
 // Metrics as CSV header + row, and a fixed-width table.
 std::string MetricsCsvHeader();

@@ -1,0 +1,138 @@
+// preempt/sched/policy_options.h — the knobs of the scheduling policy, and its named presets.
+//
+// PolicyOptions configures Decide() (policy.h). Its fields are grouped by the rule they belong to
+// (classes, eviction, tolerable wait, anti-thrashing, budget, capacity, unknown costs,
+// defragmentation, limits); each rule is off when its number is 0 or its flag false, except where
+// a field says otherwise. Every field is described once, in the table PolicyFields() returns:
+// the JSON parser (PolicyFromJson, used by `plan --policy-json`, `simulate --policy-json` and the
+// `run` spec), `preempt-sched --help` and the table in docs/sched.md are all generated from it.
+//
+// Presets (one place, PolicyByName): "fcfs", "k8s" (baselines, every hint-aware rule off),
+// "hint-norules", "hint" (the defaults), "hint-ckpt", "hint-nodefrag", "hint-refill".
+//
+// Thread-safety: plain values; the functions are reentrant.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "preempt/status.h"
+
+namespace preempt::sched {
+
+enum class PriorityClass : int { kLow = 0, kMedium = 1, kHigh = 2 };
+inline constexpr int kNumClasses = 3;
+const char* PriorityClassName(PriorityClass c);  // "low" | "medium" | "high"
+bool ParsePriorityClass(const std::string& s, PriorityClass* out);
+
+enum class PolicyKind { kFcfs, kKubernetes, kHintAware };
+const char* PolicyKindName(PolicyKind k);  // "fcfs" | "k8s" | "hint"
+
+// How long a high-priority preemptor should wait for one victim's save.
+enum class TolerableWait {
+  kVictimGrace,  // the victim's own grace period (hints grace.granted_s): never longer than Kubernetes would
+  kFixed,        // PolicyOptions::high_tolerable_wait_s
+  kOff,          // no limit: a slow saver checkpoints first and the preemptor waits
+};
+
+struct PolicyOptions {
+  PolicyKind kind = PolicyKind::kHintAware;
+
+  // --- classes. Priority values (wide gaps, as the Kubernetes PriorityClasses in examples/k8s)
+  // and whether a class may preempt lower classes (false = "Never" preemption policy). Decide()
+  // compares classes; the values record the mapping to cluster priorities.
+  int64_t priority_value[kNumClasses] = {1, 100, 1000000};
+  bool preempts_lower[kNumClasses] = {false, true, true};
+
+  // --- eviction: how a victim leaves.
+  bool checkpoint_then_evict = true;  // ask the victim to checkpoint, evict after the commit
+  // Trust the runtime's SIGTERM path: a victim with fresh hints whose grace need (drain + stall +
+  // persist) fits the grace it is granted is sent SIGTERM directly and saves inside it.
+  bool sigterm_save = true;
+  // A victim with at most this many seconds of uncommitted work is killed at once when a
+  // high-priority job needs its GPUs (no wait for a save). 0 = off.
+  double kill_now_max_lost_s = 120;
+  // A victim whose uncommitted work is less than what its save would lose is killed at once.
+  bool kill_when_cheaper = true;
+  double checkpoint_deadline_s = 300;  // evict anyway when the requested commit has not shown up by then
+  bool kill_after_commit = true;       // once the requested commit is durable, kill at once (no second save)
+
+  // --- tolerable wait: a victim whose save takes longer than this is killed at once for a high
+  // preemptor instead, and the victim search prefers nodes whose victims save in time.
+  TolerableWait high_tolerable_wait = TolerableWait::kVictimGrace;
+  double high_tolerable_wait_s = 0;       // with TolerableWait::kFixed
+  double tolerable_kill_max_lost_s = 600;  // ... unless it has more uncommitted work than this (0 = no limit)
+  // ... and only for high preemptors of at least this many GPUs (1 = all): a preemptor of several
+  // GPUs waits for the slowest save while the GPUs already freed sit idle for it.
+  int tolerable_wait_min_gpus = 2;
+
+  // --- anti-thrashing and anti-starvation.
+  double min_runtime_s = 300;  // not a victim before running this long since it (re)started
+  double cooldown_s = 300;     // a preempted job is not restarted before this
+  // A high job that has waited this long may take victims inside their minimum run time (never
+  // ones preempted within cooldown + minimum run time). 0 = off.
+  double high_min_runtime_override_s = 0;
+  // A pending job below high priority preempts only after waiting this long (since it was
+  // submitted or requeued): GPUs freed by finishing jobs usually come first. 0 = off.
+  double nonhigh_preempt_delay_s = 1800;
+
+  // --- per-queue preemption budget (per window).
+  double budget_window_s = 3600;
+  int budget_max_preemptions = 0;        // victims per queue per window (0 = unlimited)
+  double budget_max_lost_gpu_hours = 0;  // estimated lost GPU-hours per queue per window (0 = unlimited)
+
+  // --- capacity.
+  double reserved_headroom = 0.15;  // fraction of all GPUs that only high priority may take
+  bool refill_headroom = false;     // keep that fraction free: preempt lower jobs in the background
+  double low_guaranteed_share = 0;  // low may always hold this fraction; never preempted below it
+
+  // --- unknown costs: what is assumed when hints do not say.
+  double hints_stale_s = 300;         // hints older than this are "unknown"
+  double unknown_lost_work_s = 3600;  // lost work assumed for a job with no valid hints (never free)
+  double unknown_save_s = 60;         // save time assumed when hints carry no measured checkpoint cost
+  double restore_s = 60;              // restore time when a job does not know its own
+
+  // --- defragmentation: move up to defrag_max_moves smaller high jobs off one node for a high
+  // job that has waited defrag_min_wait_s (moves.h). 0 moves = off.
+  int defrag_max_moves = 4;
+  double defrag_min_wait_s = 0;
+
+  // --- limits and reporting.
+  double wait_alert_s = 600;          // suggest action when a high job's estimated wait passes this
+  int max_preemptors_per_pass = 256;  // bound on victim searches per Decide() call
+};
+
+// The presets. FcfsPolicy and KubernetesPolicy are the baselines with every hint-aware rule off;
+// HintAwareNoRulesPolicy chooses victims from hints and checkpoints them, with no
+// anti-thrashing or starvation rules.
+PolicyOptions FcfsPolicy();
+PolicyOptions KubernetesPolicy();
+PolicyOptions HintAwareNoRulesPolicy();
+// "fcfs" | "k8s" | "hint-norules" | "hint-ckpt" | "hint" | "hint-nodefrag" | "hint-refill" → preset
+// (false when unknown).
+bool PolicyByName(const std::string& name, PolicyOptions* out);
+const std::vector<std::string>& PolicyPresetNames();
+
+// One field of PolicyOptions: its JSON name, group, value type and accepted range, default and
+// one-line description.
+struct PolicyField {
+  const char* name;
+  const char* group;
+  const char* type;     // "number" | "integer" | "boolean" | "fraction" | "[low, medium, high]" | ...
+  const char* range;    // accepted values, as written in errors and docs
+  const char* help;
+};
+const std::vector<PolicyField>& PolicyFields();
+// A field's value in `options`, as JSON text (e.g. the defaults for the docs).
+std::string PolicyFieldValue(const PolicyOptions& options, const std::string& name);
+
+// Applies a JSON object of overrides ({"kind":"hint","min_runtime_s":0,...}) to *inout. Unknown
+// fields and out-of-range values are kInvalidArgument naming the field; *inout is unchanged then.
+Status PolicyFromJson(const std::string& json_object, PolicyOptions* inout);
+
+// `preempt-sched --help`'s list of fields, and the Markdown table in docs/sched.md.
+std::string PolicyFieldsHelp();
+std::string PolicyFieldsMarkdown();
+
+}  // namespace preempt::sched

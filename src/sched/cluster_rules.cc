@@ -1,0 +1,96 @@
+#include "cluster_rules.h"
+
+#include <algorithm>
+
+namespace preempt::sched {
+
+ClusterRules::ClusterRules(PassState* pass) : p_(*pass) {
+  const PolicyOptions& cfg = p_.cfg;
+  budget_on_ = p_.hint && cfg.budget_window_s > 0 &&
+               (cfg.budget_max_preemptions > 0 || cfg.budget_max_lost_gpu_hours > 0);
+  if (!budget_on_) return;
+  for (const PreemptionRecord& r : p_.st.history) {
+    if (r.time <= p_.now - cfg.budget_window_s || r.time > p_.now) continue;
+    QueueBudget& b = budget_[r.queue];
+    b.count++;
+    b.lost_gpu_h += r.lost_gpu_hours;
+    b.oldest = std::min(b.oldest, r.time);
+  }
+}
+
+bool ClusterRules::InMinRuntime(const Job& v, bool overridden, bool note_release) {
+  const PolicyOptions& cfg = p_.cfg;
+  if (!p_.hint || cfg.min_runtime_s <= 0 || p_.now >= v.start_time + cfg.min_runtime_s) return false;
+  // The override keeps the anti-thrashing spacing: a victim preempted within cooldown + minimum
+  // run time is still protected.
+  if (overridden && p_.now >= v.last_preempted + cfg.cooldown_s + cfg.min_runtime_s) return false;
+  if (note_release) p_.min_runtime_release = std::min(p_.min_runtime_release, v.start_time + cfg.min_runtime_s);
+  return true;
+}
+
+bool ClusterRules::OverridesMinRuntime(const Job& j) const {
+  return p_.hint && p_.cfg.high_min_runtime_override_s > 0 && j.cls == PriorityClass::kHigh &&
+         p_.now - j.submit_time >= p_.cfg.high_min_runtime_override_s;
+}
+
+std::optional<std::string> ClusterRules::ExceedsBudget(const std::vector<int>& victims,
+                                                       const std::vector<VictimCost>& costs) {
+  if (!budget_on_) return std::nullopt;
+  const PolicyOptions& cfg = p_.cfg;
+  std::map<std::string, QueueBudget> trial;
+  for (size_t k = 0; k < victims.size(); ++k) {
+    QueueBudget& b = trial[p_.jobs[victims[k]].queue];
+    b.count++;
+    b.lost_gpu_h += costs[k].lost_gpu_s / 3600.0;
+  }
+  for (const auto& [queue, t] : trial) {
+    auto it = budget_.find(queue);
+    int count = (it == budget_.end() ? 0 : it->second.count) + t.count;
+    double gpu_h = (it == budget_.end() ? 0 : it->second.lost_gpu_h) + t.lost_gpu_h;
+    if ((cfg.budget_max_preemptions > 0 && count > cfg.budget_max_preemptions) ||
+        (cfg.budget_max_lost_gpu_hours > 0 && gpu_h > cfg.budget_max_lost_gpu_hours)) {
+      if (it != budget_.end()) p_.Recheck(it->second.oldest + cfg.budget_window_s);
+      return queue;
+    }
+  }
+  return std::nullopt;
+}
+
+void ClusterRules::ChargeBudget(const Job& v, const VictimCost& vc) {
+  if (!budget_on_) return;
+  QueueBudget& b = budget_[v.queue];
+  b.count++;
+  b.lost_gpu_h += vc.lost_gpu_s / 3600.0;
+  b.oldest = std::min(b.oldest, p_.now);
+}
+
+bool ClusterRules::Feasible(const Job& j, const std::vector<int>& victims, const std::vector<VictimCost>& costs,
+                            int low_taken, int freed_gpus) {
+  if (!p_.hint) return true;
+  const int* placed = p_.placed_by_class;
+  if (low_taken > 0 && placed[0] - low_taken < p_.low_share) {
+    low_share_blocked = true;
+    return false;
+  }
+  if (j.cls != PriorityClass::kHigh && placed[0] + placed[1] - freed_gpus + j.gpus > p_.nonhigh_cap) return false;
+  if (std::optional<std::string> queue = ExceedsBudget(victims, costs)) {
+    budget_blocked = true;
+    budget_queue = *queue;
+    return false;
+  }
+  return true;
+}
+
+bool ClusterRules::HeadroomAllows(const Job& j) const {
+  if (j.cls == PriorityClass::kHigh) return true;
+  const int* placed = p_.placed_by_class;
+  int nonhigh = placed[0] + placed[1];
+  bool within_share = j.cls == PriorityClass::kLow && placed[0] + j.gpus <= p_.low_share;
+  bool ok = within_share || nonhigh + j.gpus <= p_.nonhigh_cap;
+  // With refill on, the reserve is kept free: non-high work does not start into it.
+  if (p_.cfg.refill_headroom && !within_share && p_.free_sum() + p_.leaving_unclaimed - j.gpus < p_.reserve)
+    ok = false;
+  return ok;
+}
+
+}  // namespace preempt::sched

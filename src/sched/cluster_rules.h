@@ -1,0 +1,62 @@
+// cluster_rules.h — the hint-aware policy's cluster-wide rules, each implemented once.
+//
+//  * the minimum-run-time guard (with the long-waiting high job's override),
+//  * the per-queue preemption budget (count and lost GPU-hours per window),
+//  * low priority's guaranteed share and the GPUs reserved for high priority (headroom).
+// They read and update one PassState; they change as the pass goes on, so they are checked when
+// a victim set is used, never cached with it. With a baseline policy (fcfs, k8s) none applies.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pass_state.h"
+#include "victim_cost.h"
+
+namespace preempt::sched {
+
+class ClusterRules {
+ public:
+  explicit ClusterRules(PassState* pass);
+
+  // True while running job v may not be a victim: it started its current run less than
+  // min_runtime_s ago. `overridden`: the preemptor has waited past high_min_runtime_override_s,
+  // which lifts the guard except for victims preempted within cooldown + minimum run time.
+  // `note_release` records when v becomes preemptible (PassState::min_runtime_release).
+  bool InMinRuntime(const Job& v, bool overridden, bool note_release);
+  // The preemptor has waited past high_min_runtime_override_s.
+  bool OverridesMinRuntime(const Job& j) const;
+
+  // The budget check: the first queue whose window budget these victims would exceed (count or
+  // lost GPU-hours, with what the pass has already charged), or nullopt. Asks for a recheck when
+  // that queue's oldest preemption leaves the window.
+  std::optional<std::string> ExceedsBudget(const std::vector<int>& victims, const std::vector<VictimCost>& costs);
+  void ChargeBudget(const Job& v, const VictimCost& vc);
+
+  // A victim set that passes the local search must also keep low's guaranteed share, keep
+  // non-high work under its cap (for a non-high preemptor), and fit the budgets. Notes which rule
+  // said no (low_share_blocked, budget_blocked, budget_queue).
+  bool Feasible(const Job& preemptor, const std::vector<int>& victims, const std::vector<VictimCost>& costs,
+                int low_taken, int freed_gpus);
+
+  // May non-high job j start on free GPUs now (the reserved headroom, low's share)?
+  bool HeadroomAllows(const Job& j) const;
+
+  bool low_share_blocked = false;  // the current search set a victim set aside for low's share
+  bool budget_blocked = false;     // a budget refused a victim set in this pass
+  std::string budget_queue;        // the last queue whose budget did
+
+ private:
+  struct QueueBudget {
+    int count = 0;
+    double lost_gpu_h = 0;
+    double oldest = kInf;  // oldest record in the window
+  };
+  PassState& p_;
+  bool budget_on_ = false;
+  std::map<std::string, QueueBudget> budget_;
+};
+
+}  // namespace preempt::sched

@@ -1,0 +1,63 @@
+// The job lifecycle shared by every executor (preempt/sched/executor.h).
+#include "preempt/sched/executor.h"
+
+namespace preempt::sched {
+
+void ApplyDecision(const JobAction& a, double now, int64_t request_id, ClusterState* state) {
+  Job& j = state->jobs[a.job_index];
+  switch (a.kind) {
+    case ActionKind::kStart:
+      j.phase = JobPhase::kRunning;
+      j.node = a.node;
+      j.start_time = now;
+      j.move_to = -1;
+      j.hints.reset();  // the new run publishes its own
+      return;
+    case ActionKind::kRequestCheckpoint:
+      state->history.push_back({now, j.queue, a.est_lost_gpu_s / 3600.0});
+      if (a.to_node >= 0) j.move_to = a.to_node;
+      j.phase = JobPhase::kCheckpointing;
+      j.request_id = request_id;
+      j.request_time = now;
+      j.preemptor = a.for_job;
+      return;
+    case ActionKind::kEvict:
+      // A checkpointing victim was counted when its checkpoint was requested.
+      if (j.phase == JobPhase::kRunning) state->history.push_back({now, j.queue, a.est_lost_gpu_s / 3600.0});
+      if (a.to_node >= 0) j.move_to = a.to_node;
+      j.phase = JobPhase::kEvicting;
+      j.preemptor = a.for_job;
+      return;
+  }
+}
+
+bool RequeueAfterExit(double now, Job* job) {
+  const bool moved = job->move_to >= 0;
+  if (moved) job->RequeueAfterMove(now);
+  else job->RequeueAfterPreemption(now);
+  job->request_id = 0;
+  return moved;
+}
+
+Status ExecuteDecisions(const Decisions& decisions, double now, Executor* executor, ClusterState* state,
+                        int64_t* next_request_id) {
+  Status first;
+  for (const JobAction& a : decisions.actions) {
+    const Job& j = state->jobs[a.job_index];
+    int64_t request_id = 0;
+    Status s;
+    switch (a.kind) {
+      case ActionKind::kStart: s = executor->Start(j, a); break;
+      case ActionKind::kRequestCheckpoint:
+        request_id = ++*next_request_id;
+        s = executor->RequestCheckpoint(j, request_id, a);
+        break;
+      case ActionKind::kEvict: s = executor->Evict(j, a); break;
+    }
+    if (s.ok()) ApplyDecision(a, now, request_id, state);
+    else if (first.ok()) first = s;
+  }
+  return first;
+}
+
+}  // namespace preempt::sched

@@ -1,0 +1,86 @@
+#include "pass_state.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace preempt::sched {
+
+PassState::PassState(const ClusterState& state, const PolicyOptions& config)
+    : st(state),
+      cfg(config),
+      jobs(state.jobs),
+      now(state.now),
+      hint(config.kind == PolicyKind::kHintAware),
+      n_nodes(static_cast<int>(state.nodes.size())),
+      running_on(n_nodes),
+      leaving_on(n_nodes, 0),
+      chosen(state.jobs.size(), 0),
+      free_(n_nodes),
+      node_version_(n_nodes, 0) {
+  for (int i = 0; i < n_nodes; ++i) {
+    free_[i] = st.nodes[i].gpus;
+    total_gpus += st.nodes[i].gpus;
+    max_node = std::max(max_node, st.nodes[i].gpus);
+  }
+  for (int i = 0; i < static_cast<int>(jobs.size()); ++i) {
+    const Job& j = jobs[i];
+    if (j.phase == JobPhase::kPending || j.node < 0 || j.node >= n_nodes) continue;
+    free_[j.node] -= j.gpus;
+    placed_by_class[static_cast<int>(j.cls)] += j.gpus;
+    if (j.phase == JobPhase::kRunning) running_on[j.node].push_back(i);
+    else leaving_on[j.node] += j.gpus;
+  }
+  // Jobs being moved (or moved and not yet restarted) hold their GPUs on the node they restart on.
+  for (const Job& j : jobs) {
+    if (j.move_to >= 0 && j.move_to < n_nodes && j.phase != JobPhase::kRunning) free_[j.move_to] -= j.gpus;
+  }
+  for (int i = 0; i < n_nodes; ++i) {
+    if (free_[i] > 0) by_free_.emplace(free_[i], i);
+    free_sum_ += std::max(0, free_[i]);
+  }
+  if (hint) {
+    nonhigh_cap = total_gpus - std::floor(cfg.reserved_headroom * total_gpus);
+    low_share = std::floor(cfg.low_guaranteed_share * total_gpus);
+    reserve = static_cast<int>(std::floor(cfg.reserved_headroom * total_gpus));
+  }
+  for (const Job& j : jobs) {
+    if ((j.phase == JobPhase::kCheckpointing || j.phase == JobPhase::kEvicting) && j.preemptor.empty())
+      leaving_unclaimed += j.gpus;
+  }
+}
+
+int PassState::BestFit(int gpus) const {
+  auto it = by_free_.lower_bound({gpus, -1});
+  return it == by_free_.end() ? -1 : it->second;
+}
+
+void PassState::SetFree(int node, int value) {
+  if (free_[node] > 0) by_free_.erase({free_[node], node});
+  free_sum_ += std::max(0, value) - std::max(0, free_[node]);
+  node_version_[node]++;
+  free_[node] = value;
+  if (value > 0) by_free_.emplace(value, node);
+}
+
+void PassState::Start(int ji, int node, std::string reason) {
+  const Job& j = jobs[ji];
+  JobAction a;
+  a.kind = ActionKind::kStart;
+  a.job = j.id;
+  a.job_index = ji;
+  a.node = node;
+  a.reason = std::move(reason);
+  out.actions.push_back(std::move(a));
+  SetFree(node, free_[node] - j.gpus);
+  placed_by_class[static_cast<int>(j.cls)] += j.gpus;
+}
+
+void PassState::Evict(JobAction a) {
+  const Job& v = jobs[a.job_index];
+  chosen[a.job_index] = 1;
+  // A moved high job keeps its class's GPUs (it restarts at once elsewhere).
+  if (v.cls != PriorityClass::kHigh) placed_by_class[static_cast<int>(v.cls)] -= v.gpus;
+  out.actions.push_back(std::move(a));
+}
+
+}  // namespace preempt::sched

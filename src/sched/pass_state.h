@@ -1,0 +1,81 @@
+// pass_state.h — the mutable state of one Decide() pass.
+//
+// Decide() places pending jobs one after another; each placement or victim choice changes what
+// the next one sees. PassState holds that state: free GPUs per node (with a best-fit index and a
+// version per node, so cached per-node results know when they are stale), GPUs placed per class,
+// the running jobs per node, the victims already chosen, and the Decisions being built. It is
+// created from the ClusterState and dies with the pass.
+#pragma once
+
+#include <limits>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "preempt/sched/policy.h"
+
+namespace preempt::sched {
+
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+class PassState {
+ public:
+  PassState(const ClusterState& state, const PolicyOptions& config);
+
+  const ClusterState& st;
+  const PolicyOptions& cfg;
+  const std::vector<Job>& jobs;
+  const double now;
+  const bool hint;  // cfg.kind == kHintAware: the hint-aware rules apply
+  const int n_nodes;
+  int total_gpus = 0, max_node = 0;
+
+  // Running jobs per node (job indices), and GPUs of jobs checkpointing or evicting there.
+  std::vector<std::vector<int>> running_on;
+  std::vector<int> leaving_on;
+  // GPUs held per class by placed jobs (victims chosen in this pass no longer count).
+  int placed_by_class[kNumClasses] = {0, 0, 0};
+  std::vector<char> chosen;  // by job index: already a victim (or moved) in this pass
+  // GPUs of victims on their way out that nobody is waiting for (headroom refills): they count
+  // as free for the reserve, so the reserve is not refilled twice.
+  int leaving_unclaimed = 0;
+  // Cluster limits from the configuration (hint-aware only; whole GPUs: the reserve rounds down,
+  // so a one-slot machine reserves nothing).
+  double nonhigh_cap = kInf;
+  double low_share = 0;
+  int reserve = 0;
+
+  Decisions out;
+  // Earliest time a lower job protected by its minimum run time becomes preemptible.
+  double min_runtime_release = kInf;
+  // High-priority jobs left pending: waiting for victims (seconds left), or blocked (why).
+  std::vector<std::pair<int, double>> waiting_high;
+  std::vector<std::pair<int, WaitCause>> blocked_high;
+
+  int free(int node) const { return free_[node]; }
+  int free_sum() const { return free_sum_; }  // free GPUs over all nodes (negative counts as 0)
+  // Bumped on every change of a node's free GPUs.
+  int node_version(int node) const { return node_version_[node]; }
+  // (free, node) of nodes with free GPUs, ascending: the first that fits is the best fit.
+  const std::set<std::pair<int, int>>& by_free() const { return by_free_; }
+  int BestFit(int gpus) const;  // -1 when no node has that many free
+  void SetFree(int node, int value);
+
+  void Recheck(double at) { out.recheck_at = std::min(out.recheck_at, at); }
+  void Block(int ji, WaitCause why) {
+    if (jobs[ji].cls == PriorityClass::kHigh) blocked_high.emplace_back(ji, why);
+  }
+  // Emits a start of job ji on `node` and takes its GPUs there.
+  void Start(int ji, int node, std::string reason);
+  // Emits a victim action (built by VictimAction) and takes the victim's GPUs from its class.
+  void Evict(JobAction action);
+
+ private:
+  std::vector<int> free_;
+  std::set<std::pair<int, int>> by_free_;
+  std::vector<int> node_version_;
+  int free_sum_ = 0;
+};
+
+}  // namespace preempt::sched

@@ -1,0 +1,318 @@
+// PolicyOptions: the field table (JSON, --help, docs) and the presets (policy_options.h).
+#include "preempt/sched/policy_options.h"
+
+#include <rapidjson/document.h>
+#include <rapidjson/error/en.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+
+namespace preempt::sched {
+namespace {
+
+constexpr double kMaxSeconds = 1e9;
+constexpr int kMaxCount = 1000000;
+
+// A field: its description, how JSON sets it (false: the value is out of its range), and its
+// value as JSON text.
+struct Field {
+  PolicyField doc;
+  std::function<bool(const rapidjson::Value&, PolicyOptions*)> set;
+  std::function<std::string(const PolicyOptions&)> get;
+};
+
+std::string NumText(double v) {
+  char buf[64];
+  snprintf(buf, sizeof buf, "%.15g", v);
+  return buf;
+}
+
+Field Seconds(const char* name, const char* group, double PolicyOptions::*m, const char* help) {
+  return {{name, group, "seconds", "[0, 1e9]", help},
+          [m](const rapidjson::Value& v, PolicyOptions* o) {
+            if (!v.IsNumber() || !(v.GetDouble() >= 0 && v.GetDouble() <= kMaxSeconds)) return false;
+            o->*m = v.GetDouble();
+            return true;
+          },
+          [m](const PolicyOptions& o) { return NumText(o.*m); }};
+}
+
+Field Number(const char* name, const char* group, const char* type, double lo, double hi, const char* range,
+             double PolicyOptions::*m, const char* help) {
+  return {{name, group, type, range, help},
+          [m, lo, hi](const rapidjson::Value& v, PolicyOptions* o) {
+            if (!v.IsNumber() || !(v.GetDouble() >= lo && v.GetDouble() <= hi)) return false;
+            o->*m = v.GetDouble();
+            return true;
+          },
+          [m](const PolicyOptions& o) { return NumText(o.*m); }};
+}
+
+Field Count(const char* name, const char* group, int PolicyOptions::*m, const char* help) {
+  return {{name, group, "integer", "[0, 1000000]", help},
+          [m](const rapidjson::Value& v, PolicyOptions* o) {
+            if (!v.IsInt() || v.GetInt() < 0 || v.GetInt() > kMaxCount) return false;
+            o->*m = v.GetInt();
+            return true;
+          },
+          [m](const PolicyOptions& o) { return std::to_string(o.*m); }};
+}
+
+Field Flag(const char* name, const char* group, bool PolicyOptions::*m, const char* help) {
+  return {{name, group, "boolean", "true | false", help},
+          [m](const rapidjson::Value& v, PolicyOptions* o) {
+            if (!v.IsBool()) return false;
+            o->*m = v.GetBool();
+            return true;
+          },
+          [m](const PolicyOptions& o) { return std::string(o.*m ? "true" : "false"); }};
+}
+
+std::vector<Field> MakeFields() {
+  using O = PolicyOptions;
+  std::vector<Field> f;
+  f.push_back({{"kind", "policy", "string", "\"fcfs\" | \"k8s\" | \"hint\"",
+                "fcfs: no preemption; k8s: kube-scheduler victim order, evict now; hint: hint-aware"},
+               [](const rapidjson::Value& v, O* o) {
+                 std::string s = v.IsString() ? v.GetString() : "";
+                 if (s == "fcfs") o->kind = PolicyKind::kFcfs;
+                 else if (s == "k8s") o->kind = PolicyKind::kKubernetes;
+                 else if (s == "hint") o->kind = PolicyKind::kHintAware;
+                 else return false;
+                 return true;
+               },
+               [](const O& o) { return "\"" + std::string(PolicyKindName(o.kind)) + "\""; }});
+  f.push_back({{"priority_value", "classes", "[low, medium, high]", "integers",
+                "cluster priority of each class (plan --k8s maps spec.priority with these)"},
+               [](const rapidjson::Value& v, O* o) {
+                 if (!v.IsArray() || v.Size() != kNumClasses) return false;
+                 for (int i = 0; i < kNumClasses; ++i)
+                   if (!v[i].IsInt64()) return false;
+                 for (int i = 0; i < kNumClasses; ++i) o->priority_value[i] = v[i].GetInt64();
+                 return true;
+               },
+               [](const O& o) {
+                 return "[" + std::to_string(o.priority_value[0]) + "," + std::to_string(o.priority_value[1]) + "," +
+                        std::to_string(o.priority_value[2]) + "]";
+               }});
+  f.push_back({{"preempts_lower", "classes", "[low, medium, high]", "booleans",
+                "whether each class may preempt lower classes (false: the \"Never\" preemption policy)"},
+               [](const rapidjson::Value& v, O* o) {
+                 if (!v.IsArray() || v.Size() != kNumClasses) return false;
+                 for (int i = 0; i < kNumClasses; ++i)
+                   if (!v[i].IsBool()) return false;
+                 for (int i = 0; i < kNumClasses; ++i) o->preempts_lower[i] = v[i].GetBool();
+                 return true;
+               },
+               [](const O& o) {
+                 std::string s = "[";
+                 for (int i = 0; i < kNumClasses; ++i) s += std::string(i ? "," : "") + (o.preempts_lower[i] ? "true" : "false");
+                 return s + "]";
+               }});
+  f.push_back(Flag("checkpoint_then_evict", "eviction", &O::checkpoint_then_evict,
+                   "ask a victim to checkpoint, evict it after the commit"));
+  f.push_back(Flag("sigterm_save", "eviction", &O::sigterm_save,
+                   "SIGTERM a victim whose save fits the grace it is granted (it saves inside it)"));
+  f.push_back(Seconds("kill_now_max_lost_s", "eviction", &O::kill_now_max_lost_s,
+                      "for a high preemptor, kill at once a victim with at most this much uncommitted work (0 = off)"));
+  f.push_back(Flag("kill_when_cheaper", "eviction", &O::kill_when_cheaper,
+                   "kill at once a victim with less uncommitted work than its save would lose"));
+  f.push_back(Seconds("checkpoint_deadline_s", "eviction", &O::checkpoint_deadline_s,
+                      "evict anyway when a requested commit has not shown up by then"));
+  f.push_back(Flag("kill_after_commit", "eviction", &O::kill_after_commit,
+                   "once a requested commit is durable, kill at once (no second save on SIGTERM)"));
+  f.push_back({{"high_tolerable_wait", "tolerable wait", "string or seconds", "\"victim-grace\" | \"off\" | (0, 1e9]",
+                "longest a high preemptor waits for one victim's save (slower savers are killed): the victim's "
+                "grace period, no limit, or fixed seconds"},
+               [](const rapidjson::Value& v, O* o) {
+                 if (v.IsString() && std::string(v.GetString()) == "victim-grace") {
+                   o->high_tolerable_wait = TolerableWait::kVictimGrace;
+                 } else if (v.IsString() && std::string(v.GetString()) == "off") {
+                   o->high_tolerable_wait = TolerableWait::kOff;
+                 } else if (v.IsNumber() && v.GetDouble() > 0 && v.GetDouble() <= kMaxSeconds) {
+                   o->high_tolerable_wait = TolerableWait::kFixed;
+                   o->high_tolerable_wait_s = v.GetDouble();
+                 } else {
+                   return false;
+                 }
+                 return true;
+               },
+               [](const O& o) {
+                 switch (o.high_tolerable_wait) {
+                   case TolerableWait::kVictimGrace: return std::string("\"victim-grace\"");
+                   case TolerableWait::kOff: return std::string("\"off\"");
+                   case TolerableWait::kFixed: break;
+                 }
+                 return NumText(o.high_tolerable_wait_s);
+               }});
+  f.push_back(Seconds("tolerable_kill_max_lost_s", "tolerable wait", &O::tolerable_kill_max_lost_s,
+                      "a too-slow saver with more uncommitted work than this saves anyway (0 = no limit)"));
+  f.push_back(Count("tolerable_wait_min_gpus", "tolerable wait", &O::tolerable_wait_min_gpus,
+                    "the tolerable wait applies to high preemptors of at least this many GPUs"));
+  f.push_back(Seconds("min_runtime_s", "anti-thrashing", &O::min_runtime_s,
+                      "not a victim before running this long since it (re)started"));
+  f.push_back(Seconds("cooldown_s", "anti-thrashing", &O::cooldown_s, "a preempted job is not restarted before this"));
+  f.push_back(Seconds("high_min_runtime_override_s", "anti-thrashing", &O::high_min_runtime_override_s,
+                      "a high job waiting this long may take victims inside their minimum run time (0 = off)"));
+  f.push_back(Seconds("nonhigh_preempt_delay_s", "anti-thrashing", &O::nonhigh_preempt_delay_s,
+                      "a job below high priority preempts only after waiting this long (0 = off)"));
+  f.push_back(Seconds("budget_window_s", "budget", &O::budget_window_s, "per-queue preemption budget window"));
+  f.push_back(Count("budget_max_preemptions", "budget", &O::budget_max_preemptions,
+                    "victims per queue per window (0 = unlimited)"));
+  f.push_back(Number("budget_max_lost_gpu_hours", "budget", "number", 0, kMaxSeconds, "[0, 1e9]",
+                     &O::budget_max_lost_gpu_hours, "estimated lost GPU-hours per queue per window (0 = unlimited)"));
+  f.push_back(Number("reserved_headroom", "capacity", "fraction", 0, 1, "[0, 1]", &O::reserved_headroom,
+                     "fraction of all GPUs only high priority may take"));
+  f.push_back(Flag("refill_headroom", "capacity", &O::refill_headroom,
+                   "keep the reserved headroom free by preempting lower jobs in the background"));
+  f.push_back(Number("low_guaranteed_share", "capacity", "fraction", 0, 1, "[0, 1]", &O::low_guaranteed_share,
+                     "low priority may always hold this fraction; never preempted below it"));
+  f.push_back(Seconds("hints_stale_s", "unknown costs", &O::hints_stale_s, "hints older than this are unknown"));
+  f.push_back(Seconds("unknown_lost_work_s", "unknown costs", &O::unknown_lost_work_s,
+                      "lost work assumed for a job without valid hints (never free)"));
+  f.push_back(Seconds("unknown_save_s", "unknown costs", &O::unknown_save_s,
+                      "save time assumed when hints carry no measured checkpoint cost"));
+  f.push_back(Seconds("restore_s", "unknown costs", &O::restore_s, "restore time when a job does not know its own"));
+  f.push_back(Count("defrag_max_moves", "defragmentation", &O::defrag_max_moves,
+                    "smaller high jobs moved off one node for a high job (0 = off)"));
+  f.push_back(Seconds("defrag_min_wait_s", "defragmentation", &O::defrag_min_wait_s,
+                      "a high job waits this long before moves are tried for it"));
+  f.push_back(Seconds("wait_alert_s", "limits", &O::wait_alert_s,
+                      "suggest action when a high job's estimated wait passes this"));
+  f.push_back(Count("max_preemptors_per_pass", "limits", &O::max_preemptors_per_pass,
+                    "bound on victim searches per decision pass"));
+  return f;
+}
+
+const std::vector<Field>& Fields() {
+  static const std::vector<Field> fields = MakeFields();
+  return fields;
+}
+
+}  // namespace
+
+const std::vector<PolicyField>& PolicyFields() {
+  static const std::vector<PolicyField> docs = [] {
+    std::vector<PolicyField> d;
+    for (const Field& f : Fields()) d.push_back(f.doc);
+    return d;
+  }();
+  return docs;
+}
+
+std::string PolicyFieldValue(const PolicyOptions& options, const std::string& name) {
+  for (const Field& f : Fields())
+    if (name == f.doc.name) return f.get(options);
+  return "";
+}
+
+Status PolicyFromJson(const std::string& json, PolicyOptions* inout) {
+  rapidjson::Document doc;
+  doc.Parse(json.c_str(), json.size());
+  if (doc.HasParseError())
+    return Status(StatusCode::kCorruption, std::string("policy: invalid JSON: ") +
+                                               rapidjson::GetParseError_En(doc.GetParseError()));
+  if (!doc.IsObject()) return Status(StatusCode::kCorruption, "policy: expected a JSON object");
+  PolicyOptions out = *inout;
+  for (auto it = doc.MemberBegin(); it != doc.MemberEnd(); ++it) {
+    const std::string key = it->name.GetString();
+    const Field* field = nullptr;
+    for (const Field& f : Fields())
+      if (key == f.doc.name) field = &f;
+    if (!field) return Status(StatusCode::kInvalidArgument, "policy: unknown field '" + key + "'");
+    if (!field->set(it->value, &out))
+      return Status(StatusCode::kInvalidArgument, "policy: field '" + key + "': expected " + field->doc.type + " " +
+                                                      field->doc.range);
+  }
+  *inout = out;
+  return Status::OK();
+}
+
+std::string PolicyFieldsHelp() {
+  const PolicyOptions defaults;
+  std::ostringstream o;
+  std::string group;
+  for (const Field& f : Fields()) {
+    if (group != f.doc.group) {
+      group = f.doc.group;
+      o << "  " << group << ":\n";
+    }
+    o << "    " << f.doc.name << " (" << f.doc.range << ", default " << f.get(defaults) << "): " << f.doc.help << "\n";
+  }
+  return o.str();
+}
+
+std::string PolicyFieldsMarkdown() {
+  const PolicyOptions defaults;
+  std::ostringstream o;
+  o << "| group | field | values | default | meaning |\n|---|---|---|---|---|\n";
+  for (const Field& f : Fields()) {
+    std::string range = f.doc.range;
+    for (size_t k = 0; (k = range.find('|', k)) != std::string::npos; k += 2) range.replace(k, 1, "\\|");
+    o << "| " << f.doc.group << " | `" << f.doc.name << "` | " << range << " | `" << f.get(defaults) << "` | "
+      << f.doc.help << " |\n";
+  }
+  return o.str();
+}
+
+// ---- presets ------------------------------------------------------------------------------
+
+PolicyOptions HintAwareNoRulesPolicy() {
+  PolicyOptions c;
+  c.kind = PolicyKind::kHintAware;
+  c.min_runtime_s = 0;
+  c.cooldown_s = 0;
+  c.budget_max_preemptions = 0;
+  c.budget_max_lost_gpu_hours = 0;
+  c.reserved_headroom = 0;
+  c.refill_headroom = false;
+  c.low_guaranteed_share = 0;
+  c.nonhigh_preempt_delay_s = 0;
+  c.defrag_max_moves = 0;
+  return c;
+}
+
+PolicyOptions FcfsPolicy() {
+  PolicyOptions c = HintAwareNoRulesPolicy();
+  c.kind = PolicyKind::kFcfs;
+  c.checkpoint_then_evict = false;
+  return c;
+}
+
+PolicyOptions KubernetesPolicy() {
+  PolicyOptions c = HintAwareNoRulesPolicy();
+  c.kind = PolicyKind::kKubernetes;
+  c.checkpoint_then_evict = false;
+  return c;
+}
+
+const std::vector<std::string>& PolicyPresetNames() {
+  static const std::vector<std::string> names = {"fcfs", "k8s", "hint-norules", "hint-ckpt",
+                                                 "hint", "hint-nodefrag", "hint-refill"};
+  return names;
+}
+
+bool PolicyByName(const std::string& name, PolicyOptions* out) {
+  PolicyOptions p;
+  if (name == "fcfs") p = FcfsPolicy();
+  else if (name == "k8s") p = KubernetesPolicy();
+  else if (name == "hint-norules") p = HintAwareNoRulesPolicy();
+  else if (name == "hint") p = PolicyOptions();
+  else if (name == "hint-ckpt") {  // checkpoint-then-evict only: no SIGTERM save, kill-now or tolerable-wait rules
+    p.sigterm_save = false;
+    p.kill_now_max_lost_s = 0;
+    p.high_tolerable_wait = TolerableWait::kOff;
+  } else if (name == "hint-nodefrag") {  // hint without moves of high jobs (defragmentation)
+    p.defrag_max_moves = 0;
+  } else if (name == "hint-refill") {
+    p.refill_headroom = true;
+  } else {
+    return false;
+  }
+  *out = p;
+  return true;
+}
+
+}  // namespace preempt::sched

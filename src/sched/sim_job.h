@@ -1,0 +1,90 @@
+// sim_job.h — the simulator's model of one job's runs and its event queue (simulator.h).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "preempt/sched/simulator.h"
+
+namespace preempt::sched {
+
+inline constexpr double kSimInf = std::numeric_limits<double>::infinity();
+
+// Progress, commits and lost work of one trace job over its runs.
+struct SimJob {
+  const TraceJob* t = nullptr;
+  int active = -1;            // index in ClusterState::jobs, -1 before arrival / after finish
+  int gen = 0;                // bumps on every start/stop, invalidates old events
+  double p0 = 0;              // committed progress when the current run started
+  double seg_start = 0, seg_restore = 0;
+  double extra_progress = -1, extra_time = kSimInf;  // requested checkpoint, or the save on SIGTERM
+  double stop_at = kSimInf;      // training stopped here (SIGTERM: the stop snapshot)
+  double grace = 0;           // termination grace period
+  double exit_at = -kSimInf;     // after SIGTERM: when the process is gone (saved, or killed)
+  double first_start = -1, finish = -1;
+  double allocated_gpu_s = 0, lost_gpu_s = 0;
+  // lost_gpu_s split: restores paid, trained-but-uncommitted progress thrown away, and time
+  // between the stop (SIGTERM) and the GPUs being free (the save inside the grace + teardown).
+  double lost_restore_gpu_s = 0, lost_discarded_gpu_s = 0, lost_stopped_gpu_s = 0;
+  double last_preempted = -kSimInf;
+  double moved_at = -1;       // a move (defragmentation) ended its run here; -1 once restarted
+  double last_moved = -kSimInf;
+  int preemptions = 0;
+  bool placed = false;
+  int node = -1;
+
+  // A requested checkpoint pauses training for its stall: [stall_at, stall_at + stall_d).
+  double stall_at = kSimInf, stall_d = 0;
+
+  // Seconds of training in this run up to `now`: after the restore, minus the stall, until the stop.
+  double Trained(double now) const {
+    double x = std::min(now, stop_at);
+    double stalled = std::min(std::max(0.0, x - stall_at), stall_d);
+    return std::max(0.0, x - seg_start - seg_restore - stalled);
+  }
+  double Progress(double now) const { return std::min(p0 + Trained(now), t->duration_s); }
+  // When this run reaches progress q (>= p0), training without a stop.
+  double TimeAt(double q) const {
+    double when = seg_start + seg_restore + (q - p0);
+    return when > stall_at ? when + stall_d : when;
+  }
+  double Periodic(double now) const {
+    double p = Progress(now) - t->ckpt_persist_s;
+    if (p <= 0) return p0;
+    double c = std::floor(p / t->ckpt_interval_s) * t->ckpt_interval_s;
+    return std::max(p0, c);
+  }
+  double Committed(double now) const {
+    double c = Periodic(now);
+    if (now >= extra_time) c = std::max(c, extra_progress);
+    return c;
+  }
+  double CommitTime(double now) const {
+    double c = Committed(now);
+    if (now >= extra_time && extra_progress >= c) return extra_time;
+    if (c <= p0) return seg_start + seg_restore;
+    return TimeAt(c + t->ckpt_persist_s);
+  }
+};
+
+enum class EvType { kArrival = 0, kFinish = 1, kCkptDone = 2, kEvictDone = 3, kWake = 4 };
+struct Event {
+  double time;
+  uint64_t seq;
+  EvType type;
+  int job;
+  int gen;
+  bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+};
+
+// Fills res->metrics' per-job outcomes, waits and lost-work totals from the jobs' final state at
+// `end`; wait_by: first-start wait per SimMetrics cause slot, per job.
+void FinishMetrics(const std::vector<SimJob>& jobs, const std::vector<std::array<double, SimMetrics::kCauses>>& wait_by,
+                   double end, double first_submit, int total_gpus, double decide_total_us, const SimOptions& opt,
+                   SimResult* res);
+
+}  // namespace preempt::sched

@@ -1,0 +1,138 @@
+// Simulation metrics: per-job outcomes into SimMetrics, and their CSV and table forms (simulator.h).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+#include "sim_job.h"
+
+namespace preempt::sched {
+namespace {
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
+  rank = std::clamp<size_t>(rank, 1, v.size()) - 1;
+  return v[rank];
+}
+
+double Mean(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double s = 0;
+  for (double x : v) s += x;
+  return s / static_cast<double>(v.size());
+}
+
+}  // namespace
+
+void FinishMetrics(const std::vector<SimJob>& jobs, const std::vector<std::array<double, SimMetrics::kCauses>>& wait_by,
+                   double end, double first_submit, int total_gpus, double decide_total_us, const SimOptions& opt,
+                   SimResult* res) {
+  SimMetrics& m = res->metrics;
+  constexpr int kCauses = SimMetrics::kCauses;
+  std::vector<double> hw, mw, lw;
+  double alloc = 0, lost = 0;
+  res->first_start.resize(jobs.size());
+  res->finish.resize(jobs.size());
+  res->preemptions.resize(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const SimJob& s = jobs[i];
+    double a = s.allocated_gpu_s, l = s.lost_gpu_s;
+    if (s.placed) {  // still running at the horizon: account the partial run
+      a += s.t->gpus * (end - s.seg_start);
+    }
+    alloc += a;
+    lost += l;
+    m.lost_restore_gpu_hours += s.lost_restore_gpu_s / 3600.0;
+    m.lost_discarded_gpu_hours += s.lost_discarded_gpu_s / 3600.0;
+    m.lost_stopped_gpu_hours += s.lost_stopped_gpu_s / 3600.0;
+    if (s.finish >= 0) m.work_conservation_error_s += std::fabs(s.allocated_gpu_s - s.lost_gpu_s - s.t->gpus * s.t->duration_s);
+    double wait = s.first_start >= 0 ? s.first_start - s.t->submit : std::max(0.0, end - s.t->submit);
+    if (s.t->submit > end) continue;
+    switch (s.t->cls) {
+      case PriorityClass::kHigh: hw.push_back(wait); break;
+      case PriorityClass::kMedium: mw.push_back(wait); break;
+      case PriorityClass::kLow:
+        lw.push_back(wait);
+        m.low_total++;
+        if (s.finish >= 0) m.low_completed++;
+        if (wait > opt.starvation_s) m.low_starved++;
+        break;
+    }
+    res->first_start[i] = s.first_start;
+    res->finish[i] = s.finish;
+    res->preemptions[i] = s.preemptions;
+  }
+  m.high_wait_mean_s = Mean(hw);
+  m.high_wait_p95_s = Percentile(hw, 0.95);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const SimJob& s = jobs[i];
+    if (s.t->cls != PriorityClass::kHigh || s.t->submit > end) continue;
+    double wait = s.first_start >= 0 ? s.first_start - s.t->submit : std::max(0.0, end - s.t->submit);
+    bool tail = wait > 0 && wait >= m.high_wait_p95_s;
+    if (tail) m.high_tail_jobs++;
+    for (int k = 0; k < kCauses; ++k) {
+      m.high_wait_cause_s[k] += wait_by[i][k];
+      if (tail) m.high_tail_wait_cause_s[k] += wait_by[i][k];
+    }
+  }
+  m.medium_wait_mean_s = Mean(mw);
+  m.low_wait_mean_s = Mean(lw);
+  m.low_wait_max_s = lw.empty() ? 0 : *std::max_element(lw.begin(), lw.end());
+  m.lost_gpu_hours = lost / 3600.0;
+  m.makespan_s = first_submit < kSimInf ? end - first_submit : 0;
+  m.utilization = m.makespan_s > 0 ? alloc / (static_cast<double>(total_gpus) * m.makespan_s) : 0;
+  m.decide_mean_us = m.decisions ? decide_total_us / m.decisions : 0;
+  if (m.work_conservation_error_s > 1e-3 * std::max(1, m.completed))
+  if (m.work_conservation_error_s > 1e-3 * std::max(1, m.completed) && res->violations.size() < 20)
+    res->violations.push_back("work not conserved: error " + std::to_string(m.work_conservation_error_s) + " GPU-s");
+}
+
+const char* SimWaitCauseName(int k) {
+  if (k == 0) return "victims-saving";
+  if (k == kNumWaitCauses) return "victims-exiting";
+  if (k < 0 || k > kNumWaitCauses) return "?";
+  return WaitCauseName(static_cast<WaitCause>(k));
+}
+
+std::string MetricsCsvHeader() {
+  return "trace,policy,jobs,completed,high_wait_mean_s,high_wait_p95_s,medium_wait_mean_s,low_wait_mean_s,"
+         "low_wait_max_s,low_total,low_completed,low_starved,lost_gpu_hours,preemptions,checkpoint_requests,"
+         "thrash_cycles,utilization,makespan_s,decisions,decide_mean_us,decide_max_us,capacity_violations,"
+         "lost_restore_gpu_hours,lost_discarded_gpu_hours,lost_stopped_gpu_hours,moves,move_restart_wait_mean_s\n";
+}
+
+std::string MetricsCsvRow(const std::string& trace, const SimMetrics& m) {
+  char buf[1024];
+  snprintf(buf, sizeof buf,
+           "%s,%s,%d,%d,%.1f,%.1f,%.1f,%.1f,%.1f,%d,%d,%d,%.3f,%d,%d,%d,%.4f,%.0f,%d,%.1f,%.1f,%d,%.3f,%.3f,%.3f,%d,%.1f\n",
+           trace.c_str(),
+           m.policy.c_str(), m.jobs, m.completed, m.high_wait_mean_s, m.high_wait_p95_s, m.medium_wait_mean_s,
+           m.low_wait_mean_s, m.low_wait_max_s, m.low_total, m.low_completed, m.low_starved, m.lost_gpu_hours,
+           m.preemptions, m.checkpoint_requests, m.thrash_cycles, m.utilization, m.makespan_s, m.decisions,
+           m.decide_mean_us, m.decide_max_us, m.capacity_violations, m.lost_restore_gpu_hours,
+           m.lost_discarded_gpu_hours, m.lost_stopped_gpu_hours, m.moves,
+           m.move_restarts ? m.move_restart_wait_s / m.move_restarts : 0.0);
+  return buf;
+}
+
+std::string MetricsTable(const std::string& trace, const std::vector<SimMetrics>& rows) {
+  std::ostringstream o;
+  char buf[512];
+  snprintf(buf, sizeof buf, "%-26s %-13s %10s %10s %10s %8s %6s %8s %7s %9s %9s %7s %6s  %s\n", "trace", "policy",
+           "hi_mean_s", "hi_p95_s", "lost_GPUh", "preempt", "moves", "ckpt_req", "thrash", "lo_mean_s", "lo_starv", "util",
+           "dec_us", "lost=restore+discarded+stopped");
+  o << buf;
+  for (const auto& m : rows) {
+    snprintf(buf, sizeof buf, "%-26.26s %-13s %10.0f %10.0f %10.2f %8d %6d %8d %7d %9.0f %9d %7.3f %6.0f  %.1f+%.1f+%.1f\n",
+             trace.c_str(), m.policy.c_str(), m.high_wait_mean_s, m.high_wait_p95_s, m.lost_gpu_hours,
+             m.preemptions, m.moves, m.checkpoint_requests, m.thrash_cycles, m.low_wait_mean_s, m.low_starved, m.utilization,
+             m.decide_mean_us, m.lost_restore_gpu_hours, m.lost_discarded_gpu_hours, m.lost_stopped_gpu_hours);
+    o << buf;
+  }
+  return o.str();
+}
+
+}  // namespace preempt::sched

@@ -1,0 +1,86 @@
+#include "victim_cost.h"
+
+#include <algorithm>
+
+namespace preempt::sched {
+
+double FullRestoreOf(const Job& j, const PolicyOptions& c) { return j.restore_s >= 0 ? j.restore_s : c.restore_s; }
+
+double RestoreOf(const Job& j, const PolicyOptions& c) {
+  if (j.hints && j.hints->last_commit.step < 0) return 0;
+  return FullRestoreOf(j, c);
+}
+
+double TolerableWait(const Job& v, const PolicyOptions& c) {
+  switch (c.high_tolerable_wait) {
+    case TolerableWait::kFixed: return c.high_tolerable_wait_s;
+    case TolerableWait::kOff: return 0;
+    case TolerableWait::kVictimGrace: break;
+  }
+  return v.hints ? v.hints->grace.granted_s : 0;
+}
+
+VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_high) {
+  VictimCost out;
+  double lost = EstimatedLostWork(v, now, c);
+  bool fresh = HintsFresh(v, now, c);
+  bool saves = false;  // leaves a fresh commit behind
+  if (c.kind == PolicyKind::kHintAware && fresh) {
+    const Hints& h = *v.hints;
+    // Saving (on SIGTERM or on request) loses the GPU time from the snapshot to the eviction:
+    // the stall (training paused to copy the state) and the persist (on SIGTERM the job has
+    // stopped; on request its progress meanwhile is thrown away by the eviction). It is worth it
+    // when that is less than what is uncommitted now.
+    // A cost of zero was never measured (the runtime publishes zeros until its first
+    // checkpoint): unknown, so assumed to be unknown_save_s, never free.
+    const bool measured = h.checkpoint_s() > 0;
+    double save_lost = measured ? h.cost.stall_s + h.cost.persist_s : c.unknown_save_s;
+    double save_wait = measured ? h.checkpoint_s() : c.unknown_save_s;
+    out.save_s = save_wait;
+    double needed = std::max(h.grace.needed_s, save_wait);
+    bool sig_ok = c.sigterm_save && h.grace.granted_s > 0 && needed <= h.grace.granted_s;
+    bool ckpt_ok = c.checkpoint_then_evict && save_wait <= c.checkpoint_deadline_s;
+    double tolerable = TolerableWait(v, c);
+    bool too_slow = for_high && tolerable > 0 && save_wait > tolerable &&
+                    (c.tolerable_kill_max_lost_s <= 0 || lost <= c.tolerable_kill_max_lost_s);
+    if (too_slow) sig_ok = ckpt_ok = false;
+    if (for_high && c.kill_now_max_lost_s > 0 && lost <= c.kill_now_max_lost_s) {
+      out.mode = EvictionMode::kKillSmall;
+      out.grace_s = 0;
+    } else if ((save_lost < lost || !c.kill_when_cheaper) && (sig_ok || ckpt_ok)) {
+      out.mode = sig_ok ? EvictionMode::kSaveInGrace : EvictionMode::kCheckpointFirst;
+      out.checkpoint_first = !sig_ok;
+      lost = save_lost;
+      out.wait_s = save_wait;
+      saves = true;
+    } else {
+      out.mode = too_slow && save_lost < lost ? EvictionMode::kKillSlow : EvictionMode::kKillCheap;
+      out.grace_s = 0;
+    }
+  }
+  // A job that saves first has a commit to restore from, whatever it had before.
+  out.lost_gpu_s = v.gpus * (lost + (saves ? FullRestoreOf(v, c) : RestoreOf(v, c)));
+  return out;
+}
+
+VictimCosts::VictimCosts(const ClusterState& st, const PolicyOptions& cfg,
+                         const std::vector<std::vector<int>>& running_on)
+    : lost_work_s_(st.jobs.size(), 0), ordinary_(st.jobs.size()), for_high_(st.jobs.size()) {
+  split_high_ = cfg.kind == PolicyKind::kHintAware && cfg.tolerable_wait_min_gpus > 1 && cfg.high_tolerable_wait != TolerableWait::kOff;
+  min_gpus_ = cfg.tolerable_wait_min_gpus;
+  if (split_high_) for_small_high_.resize(st.jobs.size());
+  PolicyOptions small = cfg;  // high preemptors under min_gpus_: no tolerable-wait kills
+  small.high_tolerable_wait = TolerableWait::kOff;
+  for (const std::vector<int>& on_node : running_on) {
+    for (int vi : on_node) {
+      const Job& v = st.jobs[vi];
+      lost_work_s_[vi] = EstimatedLostWork(v, st.now, cfg);
+      if (cfg.kind == PolicyKind::kFcfs) continue;
+      ordinary_[vi] = CostOf(v, st.now, cfg, false);
+      for_high_[vi] = CostOf(v, st.now, cfg, true);
+      if (split_high_) for_small_high_[vi] = CostOf(v, st.now, small, true);
+    }
+  }
+}
+
+}  // namespace preempt::sched

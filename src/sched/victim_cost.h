@@ -1,0 +1,61 @@
+// victim_cost.h — what preempting one running job would cost, and how it would leave.
+//
+// CostOf() is the per-victim rule of the hint-aware policy: from the victim's hints (uncommitted
+// work, measured save cost, grace granted) it picks an EvictionMode and prices it in GPU-seconds
+// lost (restore included) and seconds the preemptor waits. VictimCosts computes it once per pass
+// for every running job, in the variants the victim search needs.
+#pragma once
+
+#include <vector>
+
+#include "preempt/sched/policy.h"
+
+namespace preempt::sched {
+
+struct VictimCost {
+  EvictionMode mode = EvictionMode::kSigterm;
+  bool checkpoint_first = false;  // mode == kCheckpointFirst: ActionKind::kRequestCheckpoint
+  double lost_gpu_s = 0;  // GPU-seconds lost including the restore
+  double wait_s = 0;      // how long the preemptor waits for this victim (expected save time)
+  double grace_s = -1;    // for the evict action (JobAction::grace_s)
+  double save_s = 0;      // expected save time when it saves (unknown_save_s when not measured)
+};
+
+// Restore time of a restart from the job's last commit (its own, else the policy's default).
+double FullRestoreOf(const Job& job, const PolicyOptions& config);
+// Restore time a restart after an eviction now costs: nothing when the job never committed
+// (it restarts from scratch).
+double RestoreOf(const Job& job, const PolicyOptions& config);
+// The longest a high preemptor should wait for victim v's save (0 = no limit): a fixed value, or
+// what Kubernetes would make it wait at most, the victim's termination grace period.
+double TolerableWait(const Job& v, const PolicyOptions& config);
+// How victim v would leave at `now` and what it would cost; `for_high`: the preemptor is high
+// priority (the kill-now rules apply).
+VictimCost CostOf(const Job& v, double now, const PolicyOptions& config, bool for_high);
+
+// CostOf for every running job of one pass (indexed by job index; other entries are zero).
+class VictimCosts {
+ public:
+  VictimCosts(const ClusterState& state, const PolicyOptions& config,
+              const std::vector<std::vector<int>>& running_on);
+
+  double lost_work_s(int job) const { return lost_work_s_[job]; }  // EstimatedLostWork
+  // For a preemptor below high priority (and for moved jobs).
+  const std::vector<VictimCost>& ordinary() const { return ordinary_; }
+  // For a high preemptor of `gpus` GPUs: preemptors under tolerable_wait_min_gpus wait for slow
+  // savers (their costs leave the tolerable-wait kills out).
+  const std::vector<VictimCost>& for_high(int gpus) const {
+    return split_high_ && gpus < min_gpus_ ? for_small_high_ : for_high_;
+  }
+  const std::vector<VictimCost>& for_preemptor(const Job& j) const {
+    return j.cls == PriorityClass::kHigh ? for_high(j.gpus) : ordinary_;
+  }
+
+ private:
+  std::vector<double> lost_work_s_;
+  std::vector<VictimCost> ordinary_, for_high_, for_small_high_;
+  bool split_high_ = false;
+  int min_gpus_ = 1;
+};
+
+}  // namespace preempt::sched

@@ -1,0 +1,67 @@
+// victim_search.h — the best node and victim set for one pending job.
+//
+// Per node, the cheapest set of lower-priority running jobs that frees enough GPUs (hint-aware:
+// by lost GPU-seconds plus the preemptor's wait; k8s: Kubernetes' own order); across nodes, the
+// best set that passes the cluster-wide rules. Nodes are kept in a lazy heap per (class, GPUs,
+// override): within a pass a node's choice only gets worse, so a stale entry is re-evaluated and
+// pushed back. A (class, GPUs) that found nothing cannot succeed later in the pass (nodes only
+// fill up), nor can a larger request of the same class.
+#pragma once
+
+#include <vector>
+
+#include "cluster_rules.h"
+#include "pass_state.h"
+#include "victim_cost.h"
+
+namespace preempt::sched {
+
+// One node's victim set and the keys that rank it against other nodes'.
+struct Choice {
+  int node = -1;  // -1: none
+  std::vector<int> victims;  // job indices
+  std::vector<VictimCost> costs;
+  int max_class = -1;
+  double cost = kInf;           // hint-aware: lost GPU-s + preemptor GPU-s waiting
+  double lost_work_gpu_s = 0;   // hint-aware tie-break: raw uncommitted work
+  int count = 0;
+  double latest_start = -kInf;  // k8s: start of the most recently started highest-priority victim
+  int low_taken = 0, freed_gpus = 0;  // for the cluster-wide rules
+};
+bool BetterChoice(const Choice& a, const Choice& b, PolicyKind kind);
+
+// Candidates are taken in the order given until `need` GPUs are freed, then the latest-taken ones
+// that turn out not to be needed are dropped again. Returns the kept positions.
+std::vector<int> TakeUntilFreed(const std::vector<int>& gpus_in_order, int need);
+
+class VictimSearch {
+ public:
+  VictimSearch(PassState* pass, ClusterRules* rules, const VictimCosts* costs);
+
+  // The best victim set for pending job ji that passes the cluster rules now. False when there
+  // is none, with the reason in *why.
+  bool Find(int ji, Choice* best, WaitCause* why);
+
+ private:
+  struct HeapItem {
+    int version;
+    Choice choice;
+  };
+  struct Heap {
+    bool built = false;
+    std::vector<HeapItem> items;
+  };
+  Choice Evaluate(int node, const Job& j);
+  void KubernetesOrder(const std::vector<int>& cand, int cand_gpus, int need, Choice* c) const;
+  void CheapestFirst(const Job& j, const std::vector<int>& cand, int need, Choice* c) const;
+  bool HeapLess(const HeapItem& a, const HeapItem& b) const;
+
+  PassState& p_;
+  ClusterRules& rules_;
+  const VictimCosts& costs_;
+  std::vector<Heap> heaps_;
+  int fail_gpus_[2][kNumClasses] = {{1 << 30, 1 << 30, 1 << 30}, {1 << 30, 1 << 30, 1 << 30}};
+  WaitCause fail_cause_[2][kNumClasses] = {};
+};
+
+}  // namespace preempt::sched
