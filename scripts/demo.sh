@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)"
-if [ -x scripts/demo-preempt.sh ] && [ -d build/examples ]; then
+if [ -x scripts/demo-preempt.sh ] && [ -x build/tests/runtime/preempt_trainer_worker ]; then
   exec ./scripts/demo-preempt.sh "$@"
 fi
 exec ./build/src/tools/preempt-store-demo "$@"

@@ -51,12 +51,12 @@ int main() {
     NcclCollective coll(comm, stream, 0, 1);
     int64_t v[3] = {1, 0, -5000};
     auto t0 = std::chrono::steady_clock::now();
-    Status st = coll.allreduce_max(v, 3, Deadline::InSeconds(10));
+    Status st = coll.allreduce_max(v, 3, Deadline::InSeconds(10), UntilStop::kNo);
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     CHECK(st.ok() && v[0] == 1 && v[2] == -5000, "NcclCollective::allreduce_max round trip");
-    for (int i = 0; i < 100; ++i) (void)coll.allreduce_max(v, 3, Deadline::InSeconds(10));
+    for (int i = 0; i < 100; ++i) (void)coll.allreduce_max(v, 3, Deadline::InSeconds(10), UntilStop::kNo);
     t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 1000; ++i) (void)coll.allreduce_max(v, 3, Deadline::InSeconds(10));
+    for (int i = 0; i < 1000; ++i) (void)coll.allreduce_max(v, 3, Deadline::InSeconds(10), UntilStop::kNo);
     us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 1000;
     std::printf("info nccl agreement allreduce(MAX) of 3 int64: %.1f us\n", us);
   }

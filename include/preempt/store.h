@@ -50,11 +50,9 @@ struct StoreOptions {
   IoBackend io_backend = IoBackend::kAuto;
   DirectIo direct_io = DirectIo::kAuto;
   FileSystem* fs = nullptr;        // nullptr: FileSystem::Default()
-  // Multi-rank commit. Called on every rank after its own manifest is durable; must return OK once
-  // every rank's manifest is durable (a barrier over the job's process group), or an error by
-  // `deadline`. When unset and world_size > 1, rank 0 polls the step directory for all manifests.
-  std::function<Status(Deadline deadline)> commit_barrier;
-  double commit_timeout_s = 600;   // bound on waiting for the other ranks
+  // Multi-rank commit: rank 0 polls the step directory until every rank's manifest is there (the
+  // root is shared by all ranks), for at most this long.
+  double commit_timeout_s = 600;
 };
 
 // One named buffer to save. `data` must stay valid and unchanged until the save is done.

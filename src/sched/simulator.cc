@@ -612,7 +612,7 @@ Status Simulate(const Trace& trace, const PolicyConfig& policy, const SimOptions
       // (re)started, that includes the restore it is paying now.
       h.lost_work_s = committed > s.p0 ? std::max(0.0, s.Progress(now) - committed) : now - s.seg_start;
       h.last_commit.step = committed > 0 ? static_cast<int64_t>(committed) : -1;
-      h.last_commit.unix = s.CommitTime(now);
+      h.last_commit.committed_at = s.CommitTime(now);
       h.step = static_cast<int64_t>(s.Progress(now));
       h.state = j.phase == JobPhase::kCheckpointing ? JobState::kCheckpointing : JobState::kTraining;
     }

@@ -374,9 +374,7 @@ Status Store::Impl::wait_for_manifests(SaveJob* job, const std::string& tmp_dir,
 Status Store::Impl::commit(SaveJob* job, const std::string& tmp_dir, const std::string& final_dir, SaveStats* stats) {
   auto t0 = std::chrono::steady_clock::now();
   const Deadline deadline = Deadline::InSeconds(o_.commit_timeout_s);
-  if (o_.commit_barrier) {
-    PREEMPT_RETURN_IF_ERROR(o_.commit_barrier(deadline).WithContext("commit barrier (manifests durable)"));
-  } else if (o_.rank == 0 && o_.world_size > 1) {
+  if (o_.rank == 0 && o_.world_size > 1) {
     PREEMPT_RETURN_IF_ERROR(wait_for_manifests(job, tmp_dir, deadline));
   }
   if (o_.rank == 0) {
@@ -417,9 +415,6 @@ Status Store::Impl::commit(SaveJob* job, const std::string& tmp_dir, const std::
     if (!latest.ok()) PREEMPT_LOG_WARN("could not update LATEST (restore does not need it): %s", latest.ToString().c_str());
     Status ret = apply_retention(job->req_.step);
     if (!ret.ok()) PREEMPT_LOG_WARN("retention: %s", ret.ToString().c_str());
-  }
-  if (o_.commit_barrier) {
-    PREEMPT_RETURN_IF_ERROR(o_.commit_barrier(deadline).WithContext("commit barrier (COMMIT durable)"));
   }
   stats->commit_s = SecondsSince(t0);
   return Status::OK();
