@@ -334,7 +334,7 @@ TEST(Runtime, CheckpointRequestThenSigterm) {
   ASSERT_TRUE(WriteCheckpointRequest(RequestPathFor(s.hints), CheckpointRequest{1, "checkpoint"}).ok());
   Hints h;
   ASSERT_TRUE(WaitUntil([&] { return ReadHints(s.hints, &h).ok() && h.request_ack == 1; }, 60));
-  EXPECT_GT(h.last_commit.step, 3);
+  EXPECT_GE(h.last_commit.step, 3);  // the request came after 3 completed steps
   EXPECT_EQ(h.state == JobState::kTraining || h.state == JobState::kCheckpointing, true);
   int64_t requested_commit = h.last_commit.step;
   // A checkpoint signal works the same way, without stopping.
