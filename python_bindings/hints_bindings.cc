@@ -25,7 +25,7 @@ Hints FromDict(const py::dict& d) {
   if (d.contains("last_commit")) {
     py::dict c = d["last_commit"];
     Get(c, "step", &h.last_commit.step);
-    Get(c, "unix", &h.last_commit.unix);
+    Get(c, "unix", &h.last_commit.committed_at);
     Get(c, "path", &h.last_commit.path);
   }
   if (d.contains("cost")) {

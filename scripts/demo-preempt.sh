@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# demo-preempt.sh — preemption, end to end, with the 2-rank gloo example trainer:
+# demo-preempt.sh — preemption, end to end, with a 2-rank gloo trainer (the README's loop plus a
+# loss log and progress files: tests/runtime/trainer_worker.cc):
 #   1. an uninterrupted reference run (loss curve A);
 #   2. the same job, SIGTERM to ONE rank mid-run: every rank stops at the same step, the stop
 #      checkpoint is committed, the job exits 143 well before the grace period ends;
@@ -7,7 +8,7 @@
 #      with A line by line (bit-exact hex floats) and the final weights are compared bit for bit.
 #
 # usage: scripts/demo-preempt.sh [--build-dir build] [--world 2] [--steps 120] [--kill-at 50]
-# Build first: cmake -S . -B build && cmake --build build --target ddp_trainer
+# Build first: cmake -S . -B build && cmake --build build --target preempt_trainer_worker
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$repo/build"
@@ -23,8 +24,8 @@ while [[ $# -gt 0 ]]; do
     *) sed -n '2,11p' "$0"; exit 2 ;;
   esac
 done
-trainer="$build/examples/ddp_trainer"
-[[ -x "$trainer" ]] || { echo "demo: $trainer not built (cmake --build $build --target ddp_trainer)"; exit 2; }
+trainer="$build/tests/runtime/preempt_trainer_worker"
+[[ -x "$trainer" ]] || { echo "demo: $trainer not built (cmake --build $build --target preempt_trainer_worker)"; exit 2; }
 work="$(mktemp -d /tmp/preempt-demo-XXXXXX)"
 export PREEMPT_GRACE_S="${PREEMPT_GRACE_S:-30}" PREEMPT_LOG_LEVEL="${PREEMPT_LOG_LEVEL:-info}"
 echo "== work dir $work, $world ranks, $steps steps, grace ${PREEMPT_GRACE_S}s (PREEMPT_GRACE_S)"
@@ -55,7 +56,7 @@ kill -TERM "$victim"
 wait_all
 t1=$(date +%s.%N)
 echo "   exit codes: $codes (143 = stopped with a committed checkpoint), $(python3 -c "print(f'{$t1-$t0:.2f}')") s after SIGTERM"
-grep -h "stop agreed\|stop checkpoint\|stopped after" "$work"/run1.rank*.log | sed 's/^/   /'
+grep -h "stop agreed\|stop checkpoint\|stopped at step" "$work"/run1.rank*.log | sed 's/^/   /'
 echo "   on disk: $(ls "$work/ckpt" | tr '\n' ' ')"
 echo "   hints:   $(cat "$work/hints-run1.json")"
 
@@ -66,9 +67,9 @@ echo "   exit codes: $codes"
 grep -h "start step" "$work"/run2.rank*.log | sed 's/^/   /'
 
 echo "== loss curve (step, interrupted+resumed vs reference), around the stop:"
-stop=$(grep -ho "stopped after step [0-9]*" "$work/run1.rank0.log" | grep -o "[0-9]*$")
+stop=$(grep -ho "stopped at step [0-9]*" "$work/run1.rank0.log" | grep -o "[0-9]*$")  # completed steps
 paste -d' ' <(awk '{print $2, $5}' "$work/loss.txt") <(awk '{print $5}' "$work/loss-ref.txt") |
-  awk -v s="$stop" '$1 >= s-3 && $1 <= s+4 {printf "   step %4d  resumed %-12s reference %-12s %s\n", $1, $2, $3, ($1==s+1?"<- first step after relaunch":"")}'
+  awk -v s="$stop" '$1 >= s-4 && $1 <= s+3 {printf "   step %4d  resumed %-12s reference %-12s %s\n", $1, $2, $3, ($1==s?"<- first step after relaunch":"")}'
 if cmp -s "$work/loss.txt" "$work/loss-ref.txt"; then
   echo "== loss curves IDENTICAL (all $steps steps, bit-exact hex floats)"
 else

@@ -2,7 +2,7 @@
 //
 //   bench_runtime [--json out.json] [--quick] [--dir /tmp/preempt-bench] [--sizes-mib 256,1024,4096]
 //
-// 1. SIGTERM → durable COMMIT: a 1-rank ddp_trainer holding S MiB of extra state is sent SIGTERM
+// 1. SIGTERM → durable COMMIT: a 1-rank trainer (tests/runtime/trainer_worker.cc) holding S MiB of extra state is sent SIGTERM
 //    mid-run; the runtime reports receipt → commit (signal_to_commit_s). Bound = S / fio write
 //    bandwidth (measured in this run with fio O_DIRECT io_uring, bs 4 MiB, iodepth 8, end_fsync,
 //    or taken from PREEMPT_BENCH_FIO_WRITE_GBPS when benchmarks/run.sh provides it);

@@ -9,6 +9,15 @@
 // exchanged (check() returns at once), so the per-step cost is one collective every
 // `check_every` steps; the price is up to check_every − 1 extra steps before a stop is noticed.
 //
+// Buffers: a collective never keeps a pointer to the caller's memory. Values are copied into a
+// buffer the transport owns (shared with its in-flight operation) and copied back only when the
+// operation completed by the deadline, so a collective abandoned at its deadline can finish (or
+// never finish) later without touching memory the caller has reused.
+//
+// Deadlines are explicit: every wait takes a Deadline, and an UntilStop argument says whether the
+// process's stop deadline (StopDeadline(), which appears when a stop signal arrives during the
+// wait) also ends it.
+//
 // Draining: before the snapshot, everything registered with a Drain is waited with the stop
 // deadline. Past the deadline the drain aborts what it can (c10d Work::abort, ncclCommAbort) and
 // returns kDeadlineExceeded; the process group is then unusable and must not be destroyed by the
@@ -32,31 +41,39 @@
 
 namespace preempt {
 
+// Whether a wait also ends at the process's stop deadline (StopDeadline() in preempt/signal.h).
+// It is re-read while waiting, so a stop signal that arrives during the wait shortens it.
+enum class UntilStop { kNo, kYes };
+
+// `deadline`, or the earlier of it and StopDeadline() for UntilStop::kYes (at this instant).
+Deadline EffectiveDeadline(Deadline deadline, UntilStop until_stop);
+
 // The one collective the coordinator needs, over whatever transport the job uses.
 class Collective {
  public:
   virtual ~Collective() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  // In-place element-wise MAX over all ranks. Waits for the result until `deadline`;
-  // kDeadlineExceeded past it (the transport is then considered broken: see abandon()).
-  virtual Status allreduce_max(int64_t* values, int n, Deadline deadline) = 0;
-  // Every rank reached this call, or an error by `deadline`.
-  virtual Status barrier(Deadline deadline);
+  // Element-wise MAX over all ranks of `values[0..n)`, n <= 16. The values are copied into a
+  // transport-owned buffer; the result is copied back into `values` only on OK. Waits until
+  // `deadline` (see UntilStop); kDeadlineExceeded past it (the transport is then considered
+  // broken: see abandon()), and `values` is never written after the call returned.
+  virtual Status allreduce_max(int64_t* values, int n, Deadline deadline, UntilStop until_stop) = 0;
   // After a deadline miss: keep the transport alive (leak it) so no destructor blocks on a peer
   // that will never answer; the process is expected to exit soon.
   virtual void abandon() {}
   virtual std::string name() const = 0;
 
-  // Asynchronous variant for the pipelined schedule: starts the reduction of `values` (which must
-  // stay valid until wait returns) and returns at once. wait() blocks until done or `deadline`.
+  // Asynchronous variant for the pipelined schedule: starts the reduction of a copy of `values`
+  // and returns at once. wait() blocks until done or the deadline and, on OK, writes the n
+  // reduced values to `out`.
   class Pending {
    public:
     virtual ~Pending() = default;
-    virtual Status wait(Deadline deadline) = 0;
+    virtual Status wait(Deadline deadline, UntilStop until_stop, int64_t* out) = 0;
   };
   // Default: runs the blocking allreduce_max now and returns a completed handle.
-  virtual std::unique_ptr<Pending> allreduce_max_async(int64_t* values, int n);
+  virtual std::unique_ptr<Pending> allreduce_max_async(const int64_t* values, int n);
 };
 
 // A single-process job: allreduce is the identity.
@@ -64,7 +81,7 @@ class LocalCollective : public Collective {
  public:
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
-  Status allreduce_max(int64_t*, int, Deadline) override { return Status::OK(); }
+  Status allreduce_max(int64_t*, int, Deadline, UntilStop) override { return Status::OK(); }
   std::string name() const override { return "local"; }
 };
 
@@ -75,7 +92,6 @@ class DrainSource {
   // Waits for everything in flight to complete until `deadline`. Past it: aborts (if the backend
   // can) and returns kDeadlineExceeded naming what was still pending.
   virtual Status drain(Deadline deadline) = 0;
-  virtual size_t pending() const = 0;
   virtual std::string name() const = 0;
 };
 
@@ -115,11 +131,12 @@ class StopCoordinator {
   ~StopCoordinator();
 
   // Called by every rank at the end of every step with what this rank saw locally. Returns at
-  // once off the schedule; on a check step it waits for the exchange (bounded by the earlier of
-  // `local_deadline` and collective_timeout_s). A kDeadlineExceeded/transport error means the
-  // agreement failed: the caller should stop without a new checkpoint.
+  // once off the schedule; on a check step it waits for the exchange, bounded by the earlier of
+  // `local_deadline`, collective_timeout_s and (UntilStop::kYes) a stop deadline that appears
+  // while waiting. A kDeadlineExceeded/transport error means the agreement failed: the caller
+  // should stop without a new checkpoint.
   Status check(int64_t step, bool local_stop, bool local_checkpoint, Deadline local_deadline,
-               StopDecision* out);
+               UntilStop until_stop, StopDecision* out);
   bool is_check_step(int64_t step) const { return step % options_.check_every == 0; }
 
   const CoordStats& stats() const { return stats_; }
@@ -129,7 +146,6 @@ class StopCoordinator {
   Collective* collective_;
   CoordOptions options_;
   CoordStats stats_;
-  int64_t inflight_values_[3] = {0, 0, 0};
   std::unique_ptr<Collective::Pending> inflight_;
   std::chrono::steady_clock::time_point inflight_launched_{};
 };

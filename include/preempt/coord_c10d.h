@@ -1,13 +1,17 @@
 // preempt/coord_c10d.h — the coordinator's collective and drain over LibTorch c10d.
 //
 // C10dCollective<PG> works with anything that has `allreduce(std::vector<at::Tensor>&,
-// const c10d::AllreduceOptions&)`, `barrier(...)`, `getRank()`, `getSize()`: c10d::ProcessGroup
+// const c10d::AllreduceOptions&)`, `getRank()`, `getSize()`: c10d::ProcessGroup
 // (LibTorch 1.x and 2.x) and c10d::Backend such as ProcessGroupGloo / ProcessGroupNCCL in 2.x,
 // which no longer derive from ProcessGroup. The template only adapts the call; all tensor work
 // is in the library (src/coord/c10d.cc), so the 1.x/2.x difference stays in this one place.
 //
 // WorkDrain keeps the c10d::Work handles a trainer registers (e.g. its gradient all_reduce) and
 // waits them with the stop deadline.
+//
+// The all-reduce runs on a tensor the library allocates (the Work holds a reference to it), never
+// on the caller's memory: a collective abandoned at its deadline may complete later, when a slow
+// peer joins, and must not write into a stack frame that is gone.
 //
 // Thread-safety: C10dCollective as the process group; WorkDrain is internally locked.
 #pragma once
@@ -31,27 +35,26 @@ namespace preempt {
 
 using C10dAllreduceFn =
     std::function<c10::intrusive_ptr<c10d::Work>(std::vector<at::Tensor>&, const c10d::AllreduceOptions&)>;
-using C10dBarrierFn = std::function<c10::intrusive_ptr<c10d::Work>()>;
 
-// Waits one Work until `deadline` (kDeadlineExceeded: not finished; kAborted/kInternal: it failed).
-Status WaitWork(const c10::intrusive_ptr<c10d::Work>& work, Deadline deadline, const std::string& what);
+// Waits one Work until `deadline`, or also until a stop deadline that appears while waiting
+// (UntilStop::kYes). kDeadlineExceeded: not finished; kAborted: it failed.
+Status WaitWork(const c10::intrusive_ptr<c10d::Work>& work, Deadline deadline, UntilStop until_stop,
+                const std::string& what);
 
 // Non-template core: does the all-reduce(MAX) over a CPU int64 tensor through `fn`.
 class C10dCollectiveBase : public Collective {
  public:
-  C10dCollectiveBase(int rank, int size, std::string name, C10dAllreduceFn allreduce, C10dBarrierFn barrier);
+  C10dCollectiveBase(int rank, int size, std::string name, C10dAllreduceFn allreduce);
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
-  Status allreduce_max(int64_t* values, int n, Deadline deadline) override;
-  std::unique_ptr<Pending> allreduce_max_async(int64_t* values, int n) override;
-  Status barrier(Deadline deadline) override;
+  Status allreduce_max(int64_t* values, int n, Deadline deadline, UntilStop until_stop) override;
+  std::unique_ptr<Pending> allreduce_max_async(const int64_t* values, int n) override;
   std::string name() const override { return name_; }
 
  private:
   int rank_, size_;
   std::string name_;
   C10dAllreduceFn allreduce_;
-  C10dBarrierFn barrier_;
 };
 
 template <class PG>
@@ -60,8 +63,7 @@ class C10dCollective : public C10dCollectiveBase {
   explicit C10dCollective(c10::intrusive_ptr<PG> pg, std::string name = "c10d")
       : C10dCollectiveBase(
             pg->getRank(), pg->getSize(), std::move(name),
-            [p = pg.get()](std::vector<at::Tensor>& t, const c10d::AllreduceOptions& o) { return p->allreduce(t, o); },
-            [p = pg.get()]() { return p->barrier(); }),
+            [p = pg.get()](std::vector<at::Tensor>& t, const c10d::AllreduceOptions& o) { return p->allreduce(t, o); }),
         pg_(std::move(pg)) {}
   // Leaks one reference so the group's destructor (which joins its worker threads and waits for
   // queued work) never runs after a peer stopped answering.
@@ -82,12 +84,16 @@ std::unique_ptr<Collective> MakeC10dCollective(c10::intrusive_ptr<PG> pg, std::s
 class WorkDrain : public DrainSource {
  public:
   void add(c10::intrusive_ptr<c10d::Work> work, std::string what = "collective");
+  // Waits every registered handle until `deadline` (the stop path); past it, aborts them.
   Status drain(Deadline deadline) override;
-  size_t pending() const override;
+  // The trainer's wait before its optimizer step: no deadline of its own, but a stop signal that
+  // arrives meanwhile bounds it by the stop deadline (then like drain()).
+  Status wait_until_stop_deadline();
   std::string name() const override { return "c10d work"; }
 
  private:
-  mutable std::mutex mu_;
+  Status wait_all(Deadline deadline, UntilStop until_stop);
+  std::mutex mu_;
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, std::string>> works_;
 };
 

@@ -10,7 +10,8 @@
 // kDeadlineExceeded. After an abort the communicator is gone (comm() returns nullptr).
 //
 // NcclCollective implements the coordinator's allreduce(MAX) of a few int64 with a small device
-// buffer on the same stream; waits are the same event poll with the same abort.
+// buffer and a pinned host buffer it owns, on the same stream; waits are the same event poll with
+// the same abort. The caller's values are copied in before and out after a completed wait only.
 //
 // Thread-safety: one thread at a time (the training thread).
 #pragma once
@@ -26,14 +27,14 @@ namespace preempt {
 
 // Waits for all work enqueued on `stream` until `deadline`; aborts `*comm` past it (then sets
 // *comm = nullptr). Polling interval grows from 10 µs to 1 ms.
-Status DrainNcclStream(ncclComm_t* comm, cudaStream_t stream, Deadline deadline, const std::string& what);
+Status DrainNcclStream(ncclComm_t* comm, cudaStream_t stream, Deadline deadline, UntilStop until_stop,
+                       const std::string& what);
 
 class NcclDrain : public DrainSource {
  public:
   // Does not take ownership of `comm` or `stream` unless abort() runs (then the comm is destroyed).
   NcclDrain(ncclComm_t comm, cudaStream_t stream) : comm_(comm), stream_(stream) {}
   Status drain(Deadline deadline) override;
-  size_t pending() const override;
   std::string name() const override { return "nccl stream"; }
   ncclComm_t comm() const { return comm_; }
 
@@ -48,7 +49,7 @@ class NcclCollective : public Collective {
   ~NcclCollective() override;
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
-  Status allreduce_max(int64_t* values, int n, Deadline deadline) override;
+  Status allreduce_max(int64_t* values, int n, Deadline deadline, UntilStop until_stop) override;
   std::string name() const override { return "nccl"; }
   ncclComm_t comm() const { return comm_; }
 
@@ -57,6 +58,7 @@ class NcclCollective : public Collective {
   cudaStream_t stream_;
   int rank_, size_;
   int64_t* device_buf_ = nullptr;  // 16 int64
+  int64_t* host_buf_ = nullptr;    // 16 int64, pinned (the copy out must not block the host)
 };
 
 }  // namespace preempt

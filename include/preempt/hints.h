@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "preempt/status.h"
 
@@ -42,7 +43,7 @@ struct Hints {
   double step_time_s = 0;     // recent mean step time
   struct Commit {
     int64_t step = -1;        // -1: nothing committed yet
-    double unix = 0;          // when the commit became durable
+    double committed_at = 0;  // unix seconds when the commit became durable (JSON key "unix")
     std::string path;         // committed checkpoint directory
   } last_commit;
   struct Cost {               // recent p95s of one checkpoint
@@ -100,11 +101,14 @@ class CostTracker {
  public:
   explicit CostTracker(size_t window = 32, double ewma_alpha = 0.3);
   void Add(const CostSample& s);
+  void Clear();              // forgets every sample
   size_t count() const;
   CostSample Ewma() const;   // zeros before the first sample
   CostSample P95() const;    // nearest-rank p95 of each component over the window
   // P95 as the hints' cost block.
   Hints::Cost P95Cost() const;
+  // The samples in the window, oldest first (Add()ing them to a new tracker restores the p95s).
+  std::vector<CostSample> Samples() const;
 
  private:
   mutable std::mutex mu_;

@@ -34,6 +34,20 @@
 // Reserve (kept back for exit and slack): SignalOptions::reserve_s >= 0, else env
 // PREEMPT_GRACE_RESERVE_S, else max(1 s, 10 % of grace), capped at half the grace.
 //
+// Signals outside a Runtime's life. A stop signal before the handlers exist kills the process
+// (SIG_DFL), and in a data-parallel job its peers then wait out the rendezvous timeout. Install
+// the handlers first thing in `main`, before the process group and the Runtime:
+//     int main() {
+//       preempt::Status s = preempt::InstallSignalHandlers();   // a SIGTERM from here on is recorded
+//       ... rendezvous, model ...
+//       int code;
+//       { preempt::Runtime rt(opts); ...; code = rt.exit_code(); }   // rt adopts the handlers
+//       return code;        // a SIGTERM after rt is gone is still only recorded: the finished
+//     }                     // job exits with its own code instead of being killed
+// A Runtime adopts handlers that are already installed: it keeps the stop already recorded (the
+// first step_end stops, with the deadline anchored at that receipt) and leaves them installed when
+// it is destroyed. Handlers a Runtime installed itself are removed by its destructor.
+//
 // Thread-safety: every accessor may be called from any thread at any time; Install/Uninstall must
 // not race with each other (call them from the main thread).
 #pragma once
@@ -103,8 +117,6 @@ int SignalEventFd();
 // The same effect as a stop signal, from normal code (e.g. a peer rank told us to stop, or a
 // test). Not async-signal-safe-only; `reason` is stored as signo -1.
 void RequestStop();
-// Same as a checkpoint signal, from normal code.
-void RequestCheckpoint();
 // Forgets stop state and counters (tests; a runtime that handled a stop and keeps running).
 void ClearSignalState();
 

@@ -53,11 +53,9 @@ struct StoreOptions {
   IoBackend io_backend = IoBackend::kAuto;
   DirectIo direct_io = DirectIo::kAuto;
   FileSystem* fs = nullptr;        // nullptr: FileSystem::Default()
-  // Multi-rank commit. Called on every rank after its own manifest is durable; must return OK once
-  // every rank's manifest is durable (a barrier over the job's process group), or an error by
-  // `deadline`. When unset and world_size > 1, rank 0 polls the step directory for all manifests.
-  std::function<Status(Deadline deadline)> commit_barrier;
-  double commit_timeout_s = 600;   // bound on waiting for the other ranks
+  // Multi-rank commit: rank 0 polls the step directory until every rank's manifest is there (the
+  // root is shared by all ranks), for at most this long.
+  double commit_timeout_s = 600;
 };
 
 struct SaveRequest {
@@ -92,8 +90,7 @@ class SaveHandle {
   virtual bool done() const = 0;
   // Waits until done or `deadline`. Returns the save's first error, OK once the checkpoint is
   // committed — on every rank: a rank other than 0 returns OK only after it saw the COMMIT that
-  // rank 0 wrote over its manifest (or, with StoreOptions::commit_barrier, after the barrier that
-  // follows COMMIT) — or kDeadlineExceeded when the deadline passed first (the save keeps running).
+  // rank 0 wrote over its manifest — or kDeadlineExceeded when the deadline passed first (the save keeps running).
   virtual Status wait(Deadline deadline = Deadline::Never()) = 0;
   // The first error so far (OK while running without error).
   virtual Status status() const = 0;

@@ -24,17 +24,17 @@ std::string FirstLine(const char* what) {
 }
 }  // namespace
 
-Status WaitWork(const c10::intrusive_ptr<c10d::Work>& work, Deadline deadline, const std::string& what) {
+Status WaitWork(const c10::intrusive_ptr<c10d::Work>& work, Deadline deadline, UntilStop until_stop,
+                const std::string& what) {
   if (!work) return Status::OK();
-  // Polls instead of Work::wait(timeout): the effective deadline can move earlier while we wait
-  // (a stop signal arriving during a long collective sets StopDeadline()), and a timed-out
-  // Work::wait throws a c10::Error whose backtrace costs milliseconds.
+  // Polls instead of Work::wait(timeout): with UntilStop::kYes the effective deadline can move
+  // earlier while we wait, and a timed-out Work::wait throws a c10::Error whose backtrace costs
+  // milliseconds.
   auto t0 = std::chrono::steady_clock::now();
   int64_t sleep_us = 20;
   try {
     while (!work->isCompleted()) {
-      Deadline effective = deadline.min(StopDeadline());
-      if (effective.expired()) {
+      if (EffectiveDeadline(deadline, until_stop).expired()) {
         return Status(StatusCode::kDeadlineExceeded, what + ": not complete at the deadline");
       }
       if (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(2)) {
@@ -51,65 +51,49 @@ Status WaitWork(const c10::intrusive_ptr<c10d::Work>& work, Deadline deadline, c
   return Status::OK();
 }
 
-C10dCollectiveBase::C10dCollectiveBase(int rank, int size, std::string name, C10dAllreduceFn allreduce,
-                                       C10dBarrierFn barrier)
-    : rank_(rank), size_(size), name_(std::move(name)), allreduce_(std::move(allreduce)), barrier_(std::move(barrier)) {}
-
-Status C10dCollectiveBase::allreduce_max(int64_t* values, int n, Deadline deadline) {
-  at::Tensor t = torch::from_blob(values, {n}, torch::kInt64);  // CPU: reduced in place
-  std::vector<at::Tensor> tensors{t};
-  c10d::AllreduceOptions opts;
-  opts.reduceOp = c10d::ReduceOp::MAX;
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    work = allreduce_(tensors, opts);
-  } catch (const std::exception& e) {
-    return Status(StatusCode::kAborted, name_ + " allreduce(MAX) could not start: " + FirstLine(e.what()));
-  }
-  return WaitWork(work, deadline, name_ + " allreduce(MAX)");
-}
+C10dCollectiveBase::C10dCollectiveBase(int rank, int size, std::string name, C10dAllreduceFn allreduce)
+    : rank_(rank), size_(size), name_(std::move(name)), allreduce_(std::move(allreduce)) {}
 
 namespace {
+
+// One all-reduce(MAX) in flight. `tensor` is allocated here, and the Work keeps its own reference,
+// so an abandoned operation that completes later writes only into memory it co-owns.
 class C10dPending : public Collective::Pending {
  public:
-  C10dPending(at::Tensor t, c10::intrusive_ptr<c10d::Work> w, Status st, std::string what)
-      : tensor_(std::move(t)), work_(std::move(w)), start_status_(std::move(st)), what_(std::move(what)) {}
-  Status wait(Deadline deadline) override {
+  C10dPending(const C10dAllreduceFn& allreduce, const int64_t* values, int n, const std::string& name)
+      : tensor_(torch::empty({n}, torch::kInt64)), what_(name + " allreduce(MAX)") {
+    std::copy(values, values + n, tensor_.data_ptr<int64_t>());
+    std::vector<at::Tensor> tensors{tensor_};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::MAX;
+    try {
+      work_ = allreduce(tensors, opts);
+    } catch (const std::exception& e) {
+      start_status_ = Status(StatusCode::kAborted, what_ + " could not start: " + FirstLine(e.what()));
+    }
+  }
+  Status wait(Deadline deadline, UntilStop until_stop, int64_t* out) override {
     if (!start_status_.ok()) return start_status_;
-    return WaitWork(work_, deadline, what_);
+    Status st = WaitWork(work_, deadline, until_stop, what_);
+    if (st.ok()) std::copy(tensor_.data_ptr<int64_t>(), tensor_.data_ptr<int64_t>() + tensor_.numel(), out);
+    return st;
   }
 
  private:
-  at::Tensor tensor_;  // keeps the reduced buffer's view alive while the work runs
+  at::Tensor tensor_;
   c10::intrusive_ptr<c10d::Work> work_;
   Status start_status_;
   std::string what_;
 };
+
 }  // namespace
 
-std::unique_ptr<Collective::Pending> C10dCollectiveBase::allreduce_max_async(int64_t* values, int n) {
-  at::Tensor t = torch::from_blob(values, {n}, torch::kInt64);
-  std::vector<at::Tensor> tensors{t};
-  c10d::AllreduceOptions opts;
-  opts.reduceOp = c10d::ReduceOp::MAX;
-  c10::intrusive_ptr<c10d::Work> work;
-  Status st;
-  try {
-    work = allreduce_(tensors, opts);
-  } catch (const std::exception& e) {
-    st = Status(StatusCode::kAborted, name_ + " allreduce(MAX) could not start: " + FirstLine(e.what()));
-  }
-  return std::make_unique<C10dPending>(t, std::move(work), st, name_ + " allreduce(MAX)");
+Status C10dCollectiveBase::allreduce_max(int64_t* values, int n, Deadline deadline, UntilStop until_stop) {
+  return C10dPending(allreduce_, values, n, name_).wait(deadline, until_stop, values);
 }
 
-Status C10dCollectiveBase::barrier(Deadline deadline) {
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    work = barrier_();
-  } catch (const std::exception& e) {
-    return Status(StatusCode::kAborted, name_ + " barrier could not start: " + FirstLine(e.what()));
-  }
-  return WaitWork(work, deadline, name_ + " barrier");
+std::unique_ptr<Collective::Pending> C10dCollectiveBase::allreduce_max_async(const int64_t* values, int n) {
+  return std::make_unique<C10dPending>(allreduce_, values, n, name_);
 }
 
 void WorkDrain::add(c10::intrusive_ptr<c10d::Work> work, std::string what) {
@@ -126,14 +110,11 @@ void WorkDrain::add(c10::intrusive_ptr<c10d::Work> work, std::string what) {
   works_.emplace_back(std::move(work), std::move(what));
 }
 
-size_t WorkDrain::pending() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  size_t n = 0;
-  for (const auto& w : works_) n += w.first->isCompleted() ? 0 : 1;
-  return n;
-}
+Status WorkDrain::drain(Deadline deadline) { return wait_all(deadline, UntilStop::kNo); }
 
-Status WorkDrain::drain(Deadline deadline) {
+Status WorkDrain::wait_until_stop_deadline() { return wait_all(Deadline::Never(), UntilStop::kYes); }
+
+Status WorkDrain::wait_all(Deadline deadline, UntilStop until_stop) {
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, std::string>> works;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -142,7 +123,7 @@ Status WorkDrain::drain(Deadline deadline) {
   Status first;
   size_t late = 0;
   for (auto& [w, what] : works) {
-    Status st = WaitWork(w, deadline, what);
+    Status st = WaitWork(w, deadline, until_stop, what);
     if (st.code() == StatusCode::kDeadlineExceeded) {
       ++late;
       try {

@@ -6,31 +6,39 @@
 #include <limits>
 
 #include "preempt/log.h"
+#include "preempt/signal.h"
 
 namespace preempt {
 
-Status Collective::barrier(Deadline deadline) {
-  int64_t v = 0;
-  return allreduce_max(&v, 1, deadline);
+Deadline EffectiveDeadline(Deadline deadline, UntilStop until_stop) {
+  return until_stop == UntilStop::kYes ? deadline.min(StopDeadline()) : deadline;
 }
 
 namespace {
+// The result of a blocking allreduce that already ran (the default asynchronous variant).
 class DonePending : public Collective::Pending {
  public:
-  explicit DonePending(Status st) : st_(std::move(st)) {}
-  Status wait(Deadline) override { return st_; }
+  DonePending(Status st, const int64_t* values, int n) : st_(std::move(st)), values_(values, values + n) {}
+  Status wait(Deadline, UntilStop, int64_t* out) override {
+    if (st_.ok()) std::copy(values_.begin(), values_.end(), out);
+    return st_;
+  }
 
  private:
   Status st_;
+  std::vector<int64_t> values_;
 };
 }  // namespace
 
-std::unique_ptr<Collective::Pending> Collective::allreduce_max_async(int64_t* values, int n) {
-  return std::make_unique<DonePending>(allreduce_max(values, n, Deadline::InSeconds(300)));
+std::unique_ptr<Collective::Pending> Collective::allreduce_max_async(const int64_t* values, int n) {
+  std::vector<int64_t> v(values, values + n);
+  Status st = allreduce_max(v.data(), n, Deadline::InSeconds(300), UntilStop::kNo);
+  return std::make_unique<DonePending>(std::move(st), v.data(), n);
 }
 
 StopCoordinator::~StopCoordinator() {
-  if (inflight_) (void)inflight_->wait(Deadline::InSeconds(5));
+  int64_t ignored[3];
+  if (inflight_) (void)inflight_->wait(Deadline::InSeconds(5), UntilStop::kNo, ignored);
 }
 
 StopCoordinator::StopCoordinator(Collective* collective, CoordOptions options)
@@ -39,7 +47,7 @@ StopCoordinator::StopCoordinator(Collective* collective, CoordOptions options)
 }
 
 Status StopCoordinator::check(int64_t step, bool local_stop, bool local_checkpoint, Deadline local_deadline,
-                              StopDecision* out) {
+                              UntilStop until_stop, StopDecision* out) {
   *out = StopDecision{};
   out->step = step;
   out->deadline = local_deadline;
@@ -56,19 +64,18 @@ Status StopCoordinator::check(int64_t step, bool local_stop, bool local_checkpoi
   Deadline bound = local_deadline.min(Deadline::InSeconds(options_.collective_timeout_s));
   Status st;
   if (!options_.pipelined) {
-    st = collective_->allreduce_max(v, 3, bound);
+    st = collective_->allreduce_max(v, 3, bound, until_stop);
   } else {
     // Consume the exchange launched at the previous check step (all ranks launched it at the
     // same step), then launch this step's. The first check step only launches.
     bool have = false;
+    int64_t mine[3] = {v[0], v[1], v[2]};
     if (inflight_) {
-      st = inflight_->wait(bound);
+      st = inflight_->wait(bound, until_stop, v);
       inflight_.reset();
       have = true;
     }
-    int64_t mine[3] = {v[0], v[1], v[2]};
-    if (have) std::copy(inflight_values_, inflight_values_ + 3, v);
-    else v[0] = v[1] = 0, v[2] = kNoDeadline;
+    if (!have) v[0] = v[1] = 0, v[2] = kNoDeadline;
     if (have && v[2] != kNoDeadline) {
       // The remaining time was measured when the exchange was launched.
       auto left = std::chrono::milliseconds(-v[2]) - std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -76,9 +83,8 @@ Status StopCoordinator::check(int64_t step, bool local_stop, bool local_checkpoi
       v[2] = -std::max<int64_t>(0, left.count());
     }
     if (st.ok() && !(have && v[0] != 0)) {
-      std::copy(mine, mine + 3, inflight_values_);
       inflight_launched_ = std::chrono::steady_clock::now();
-      inflight_ = collective_->allreduce_max_async(inflight_values_, 3);
+      inflight_ = collective_->allreduce_max_async(mine, 3);
     }
   }
   double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -22,7 +22,8 @@ void SleepNs(int64_t ns) {
 
 }  // namespace
 
-Status DrainNcclStream(ncclComm_t* comm, cudaStream_t stream, Deadline deadline, const std::string& what) {
+Status DrainNcclStream(ncclComm_t* comm, cudaStream_t stream, Deadline deadline, UntilStop until_stop,
+                       const std::string& what) {
   cudaEvent_t ev;
   cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
   if (e != cudaSuccess) return CudaError(e, "cudaEventCreate for " + what);
@@ -47,7 +48,7 @@ Status DrainNcclStream(ncclComm_t* comm, cudaStream_t stream, Deadline deadline,
         break;
       }
     }
-    if (deadline.expired()) {
+    if (EffectiveDeadline(deadline, until_stop).expired()) {
       result = Status(StatusCode::kDeadlineExceeded, what + ": collectives still in flight at the drain deadline");
       break;
     }
@@ -63,29 +64,36 @@ Status DrainNcclStream(ncclComm_t* comm, cudaStream_t stream, Deadline deadline,
   return result;
 }
 
-Status NcclDrain::drain(Deadline deadline) { return DrainNcclStream(&comm_, stream_, deadline, "nccl drain"); }
-
-size_t NcclDrain::pending() const { return cudaStreamQuery(stream_) == cudaErrorNotReady ? 1 : 0; }
+Status NcclDrain::drain(Deadline deadline) {
+  return DrainNcclStream(&comm_, stream_, deadline, UntilStop::kNo, "nccl drain");
+}
 
 NcclCollective::NcclCollective(ncclComm_t comm, cudaStream_t stream, int rank, int size)
     : comm_(comm), stream_(stream), rank_(rank), size_(size) {
   if (cudaMalloc(reinterpret_cast<void**>(&device_buf_), 16 * sizeof(int64_t)) != cudaSuccess) device_buf_ = nullptr;
+  if (cudaMallocHost(reinterpret_cast<void**>(&host_buf_), 16 * sizeof(int64_t)) != cudaSuccess) host_buf_ = nullptr;
 }
 
 NcclCollective::~NcclCollective() {
   if (device_buf_) cudaFree(device_buf_);
+  if (host_buf_) cudaFreeHost(host_buf_);
 }
 
-Status NcclCollective::allreduce_max(int64_t* values, int n, Deadline deadline) {
+Status NcclCollective::allreduce_max(int64_t* values, int n, Deadline deadline, UntilStop until_stop) {
   if (!comm_) return Status(StatusCode::kAborted, "nccl communicator was aborted");
-  if (!device_buf_ || n > 16) return Status(StatusCode::kInvalidArgument, "nccl allreduce_max: no device buffer or n > 16");
-  cudaError_t e = cudaMemcpyAsync(device_buf_, values, n * sizeof(int64_t), cudaMemcpyHostToDevice, stream_);
+  if (!device_buf_ || !host_buf_ || n > 16) {
+    return Status(StatusCode::kInvalidArgument, "nccl allreduce_max: no device/host buffer or n > 16");
+  }
+  std::copy(values, values + n, host_buf_);
+  cudaError_t e = cudaMemcpyAsync(device_buf_, host_buf_, n * sizeof(int64_t), cudaMemcpyHostToDevice, stream_);
   if (e != cudaSuccess) return CudaError(e, "nccl allreduce_max copy in");
   ncclResult_t r = ncclAllReduce(device_buf_, device_buf_, n, ncclInt64, ncclMax, comm_, stream_);
   if (r != ncclSuccess) return Status(StatusCode::kAborted, std::string("ncclAllReduce: ") + ncclGetErrorString(r));
-  e = cudaMemcpyAsync(values, device_buf_, n * sizeof(int64_t), cudaMemcpyDeviceToHost, stream_);
+  e = cudaMemcpyAsync(host_buf_, device_buf_, n * sizeof(int64_t), cudaMemcpyDeviceToHost, stream_);
   if (e != cudaSuccess) return CudaError(e, "nccl allreduce_max copy out");
-  return DrainNcclStream(&comm_, stream_, deadline, "nccl allreduce(MAX)");
+  Status st = DrainNcclStream(&comm_, stream_, deadline, until_stop, "nccl allreduce(MAX)");
+  if (st.ok()) std::copy(host_buf_, host_buf_ + n, values);
+  return st;
 }
 
 }  // namespace preempt

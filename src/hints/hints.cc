@@ -144,7 +144,7 @@ std::string HintsToJson(const Hints& h) {
   w.Key("last_commit");
   w.StartObject();
   w.Key("step"); w.Int64(h.last_commit.step);
-  w.Key("unix"); w.Double(h.last_commit.unix);
+  w.Key("unix"); w.Double(h.last_commit.committed_at);
   w.Key("path"); w.String(h.last_commit.path.c_str(), static_cast<rapidjson::SizeType>(h.last_commit.path.size()));
   w.EndObject();
   w.Key("cost");
@@ -183,7 +183,7 @@ Status HintsFromJson(const std::string& json, const std::string& origin, Hints* 
   const rapidjson::Value* obj = nullptr;
   PREEMPT_RETURN_IF_ERROR(r.Object(doc, "last_commit", true, &obj));
   PREEMPT_RETURN_IF_ERROR(r.Int(*obj, "step", "last_commit.step", true, &h.last_commit.step));
-  PREEMPT_RETURN_IF_ERROR(r.Number(*obj, "unix", "last_commit.unix", true, &h.last_commit.unix));
+  PREEMPT_RETURN_IF_ERROR(r.Number(*obj, "unix", "last_commit.unix", true, &h.last_commit.committed_at));
   PREEMPT_RETURN_IF_ERROR(r.String(*obj, "path", "last_commit.path", false, &h.last_commit.path));
 
   PREEMPT_RETURN_IF_ERROR(r.Object(doc, "cost", true, &obj));
@@ -207,7 +207,7 @@ Status HintsFromJson(const std::string& json, const std::string& origin, Hints* 
   PREEMPT_RETURN_IF_ERROR(r.Int(doc, "request_ack", "request_ack", false, &h.request_ack));
   // Ranges: unix times in [0, 1e11], durations in [0, 1e9] s (about 31 years).
   for (auto [field, v] : {std::pair<const char*, double>{"updated_unix", h.updated_unix},
-                          {"last_commit.unix", h.last_commit.unix}}) {
+                          {"last_commit.unix", h.last_commit.committed_at}}) {
     if (!(v >= 0 && v <= 1e11)) return r.Err(field, "not a unix time in [0, 1e11]");
   }
   for (auto [field, v] : {std::pair<const char*, double>{"step_time_s", h.step_time_s},
@@ -306,6 +306,18 @@ Hints::Cost CostTracker::P95Cost() const {
   c.stall_s = p.stall_s;
   c.persist_s = p.persist_s;
   return c;
+}
+
+void CostTracker::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  count_ = 0;
+  ewma_ = CostSample{};
+  recent_.clear();
+}
+
+std::vector<CostSample> CostTracker::Samples() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::vector<CostSample>(recent_.begin(), recent_.end());
 }
 
 // ---- request channel ----

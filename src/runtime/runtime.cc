@@ -1,27 +1,21 @@
 // The preemption runtime: glue between signal, coord, the torch state layer, the store and hints.
-// See include/preempt/runtime.h and docs/runtime.md.
+// This file: construction, wiring and the per-step path (checkpoints without stopping, hints).
+// restore() is in restore.cc, the stop path in stop.cc. See include/preempt/runtime.h and
+// docs/runtime.md.
 #include "preempt/runtime.h"
-
-#include <time.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
 #include "preempt/log.h"
+#include "runtime/internal.h"
 
 namespace preempt {
+
+using runtime_internal::SecondsSince;
+
 namespace {
-
-double SecondsSince(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-int64_t MonoNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 std::string DefaultJobName(const std::string& dir) {
   const char* env = std::getenv("PREEMPT_JOB");
@@ -31,6 +25,30 @@ std::string DefaultJobName(const std::string& dir) {
   size_t slash = d.rfind('/');
   std::string name = slash == std::string::npos ? d : d.substr(slash + 1);
   return name.empty() ? "job" : name;
+}
+
+// Options the runtime sets itself, or that would silently do nothing, are refused by name.
+Status CheckOptions(const RuntimeOptions& o) {
+  auto bad = [](const std::string& field, const std::string& why) {
+    return Status(StatusCode::kInvalidArgument, "RuntimeOptions." + field + ": " + why);
+  };
+  if (o.dir.empty()) return bad("dir", "is required (the checkpoint root)");
+  if (o.every_steps < 0) return bad("every_steps", "must be >= 0 (0: off)");
+  if (!(o.every_seconds >= 0)) return bad("every_seconds", "must be >= 0 (0: off)");
+  if (!o.store.root.empty() && o.store.root != o.dir) return bad("store.root", "leave it empty; the root is `dir`");
+  if (o.store.rank != 0 || o.store.world_size != 1) {
+    return bad("store.rank/world_size", "leave them at 0/1; they come from the process group");
+  }
+  if (o.state.every_steps != 0 || o.state.every_seconds != 0) {
+    return bad("state.every_steps/every_seconds", "must stay 0; RuntimeOptions.every_steps/every_seconds schedule checkpoints");
+  }
+  if (o.state.staging_buffers < 1 || o.state.staging_buffers > 2) return bad("state.staging_buffers", "must be 1 or 2");
+  if (!(o.grace_margin >= 1)) return bad("grace_margin", "must be >= 1");
+  if (o.preemptions_per_hour < 0) return bad("preemptions_per_hour", "must be >= 0 (0: off)");
+  if (!(o.min_interval_s > 0) || !(o.max_interval_s >= o.min_interval_s)) {
+    return bad("min_interval_s/max_interval_s", "need 0 < min_interval_s <= max_interval_s");
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -59,23 +77,34 @@ struct Runtime::Pending {
 };
 
 Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
-  if (options_.dir.empty()) throw Error(Status(StatusCode::kInvalidArgument, "Runtime: options.dir is required"));
+  ThrowIfError(CheckOptions(options_));
   if (options_.job.empty()) options_.job = DefaultJobName(options_.dir);
   if (options_.hints_path.empty()) options_.hints_path = HintsPathFromEnv();
   if (options_.request_path.empty() && !options_.hints_path.empty()) {
     options_.request_path = RequestPathFor(options_.hints_path);
   }
-  grace_ = ResolveGrace(options_.signals);
-  if (options_.install_signal_handlers) {
-    ThrowIfError(InstallSignalHandlers(options_.signals).WithContext("Runtime"));
-    handlers_installed_ = true;
+  if (options_.install_signal_handlers && SignalHandlersInstalled()) {
+    // Installed first thing in main (preempt/signal.h): keep them, and any stop they recorded.
+    grace_ = {GraceSeconds(), ReserveSeconds(), "the installed signal handlers"};
+    const SignalOptions& so = options_.signals;
+    if (!so.stop_signals.empty() || !so.checkpoint_signals.empty() || so.grace_s >= 0 || so.reserve_s >= 0) {
+      PREEMPT_LOG_WARN("RuntimeOptions.signals is not used: the signal handlers were installed before the Runtime "
+                       "(grace %.1f s, reserve %.1f s); pass these options to InstallSignalHandlers instead",
+                       grace_.grace_s, grace_.reserve_s);
+    }
+    PREEMPT_LOG_DEBUG("adopting the installed signal handlers (stop recorded: %d)", StopRequested() ? 1 : 0);
+  } else {
+    grace_ = ResolveGrace(options_.signals);
+    if (options_.install_signal_handlers) {
+      ThrowIfError(InstallSignalHandlers(options_.signals).WithContext("Runtime"));
+      handlers_installed_ = true;
+    }
   }
   checkpoint_signals_seen_ = CheckpointRequestCount();
-  torch::TrainingStateOptions so;
-  so.staging_buffers = options_.staging_buffers;
-  so.when_busy = torch::WhenBusy::kWait;
-  so.metadata = options_.metadata;
+  torch::TrainingStateOptions so = options_.state;
+  so.when_busy = torch::WhenBusy::kWait;  // every rank saves at the same steps (see start_checkpoint)
   state_ = std::make_unique<torch::TrainingState>(so);
+  track_runtime_record();
   drains_.push_back(&work_drain_);
   hints_.job = options_.job;
   hints_.grace.granted_s = grace_.grace_s;
@@ -83,15 +112,16 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
 }
 
 Runtime::~Runtime() {
-  if (stopped_ && !stats_.stop_committed) {
+  if (stopped_) reap(true, runtime_internal::SettleDeadline(stop_deadline_, grace_));
+  else reap(true, Deadline::Never());
+  if (stopped_ && (!stats_.stop_committed || !pending_.empty())) {
     // A failed stop may leave a save waiting for a peer that will never write its manifest, or a
     // collective that never completes; destroying those would block the exit. The process is
     // about to end: leave them (their .tmp directory is removed at the next start).
     (void)store_.release();
     (void)state_.release();
     (void)coord_.release();
-  } else {
-    reap(true, stopped_ ? StopDeadline() : Deadline::Never());
+    for (auto& p : pending_) (void)p.release();
   }
   if (handlers_installed_) UninstallSignalHandlers();
 }
@@ -106,15 +136,8 @@ void Runtime::register_work(c10::intrusive_ptr<c10d::Work> work, std::string wha
 }
 
 Status Runtime::wait_registered() {
-  Status st = work_drain_.drain(Deadline::Never());  // WaitWork also honours StopDeadline()
-  if (!st.ok()) {
-    PREEMPT_LOG_ERROR("%s; stopping without a new checkpoint (the newest committed one stays the one restored)",
-                      st.ToString().c_str());
-    stopped_ = true;
-    stats_.stop_problem = st.ToString();
-    if (collective_) collective_->abandon();
-    publish(JobState::kStopped);
-  }
+  Status st = work_drain_.wait_until_stop_deadline();
+  if (!st.ok()) stop_without_checkpoint(st);
   return st;
 }
 
@@ -127,113 +150,63 @@ void Runtime::ensure_store() {
   if (store_) return;
   if (!collective_) collective_ = std::make_unique<LocalCollective>();
   coord_ = std::make_unique<StopCoordinator>(collective_.get(), options_.coord);
-  StoreOptions so;
+  StoreOptions so = options_.store;
   so.root = options_.dir;
   so.rank = collective_->rank();
   so.world_size = collective_->world_size();
-  so.keep_last = options_.keep_last;
-  so.io_backend = options_.io_backend;
-  so.direct_io = options_.direct_io;
-  // No commit_barrier: the store's own file-based barrier (rank 0 waits for every manifest) keeps
-  // background saves off the trainer's process group, whose collective order must stay identical
-  // on every rank.
+  // The store's file-based commit barrier (rank 0 waits for every manifest) keeps background
+  // saves off the trainer's process group, whose collective order must stay identical on every
+  // rank.
   store_ = std::make_unique<Store>(so);
-  if (rank() == 0 && !options_.request_path.empty()) {
-    requests_ = std::make_unique<RequestChannel>(options_.request_path, std::chrono::milliseconds(5), hints_.request_ack);
-  }
   last_checkpoint_time_ = last_commit_time_ = std::chrono::steady_clock::now();
 }
 
-int64_t Runtime::restore() {
-  // Previous hints (rank 0): measured costs for the start-up grace check, and the last
-  // acknowledged request so a resumed job does not redo it.
-  if (!options_.hints_path.empty()) {
-    Hints old;
-    if (ReadHints(options_.hints_path, &old).ok()) {
-      hints_.request_ack = old.request_ack;
-      hints_.last_commit = old.last_commit;
-      if (old.cost.stall_s + old.cost.persist_s > 0) {
-        costs_.Add({old.cost.bytes, old.cost.drain_s, old.cost.stall_s, old.cost.persist_s});
-      }
-    }
+void Runtime::start_requests() {
+  if (requests_started_) return;
+  requests_started_ = true;
+  if (rank() == 0 && !options_.request_path.empty()) {
+    // Requests up to the restored acknowledgement were fulfilled by the restored checkpoint.
+    requests_ = std::make_unique<RequestChannel>(options_.request_path, std::chrono::milliseconds(5),
+                                                 hints_.request_ack);
   }
-  ensure_store();
-  restored_ = true;
-  std::vector<int64_t> steps;
-  Status ls = store_->valid_steps(&steps);
-  if (!ls.ok() && ls.code() != StatusCode::kNotFound) ThrowIfError(ls.WithContext("restore: list checkpoints"));
-  int64_t result = 0;
-  auto older_than = [&](int64_t s) {
-    for (int64_t v : steps)
-      if (v < s) return v;
-    return int64_t{-1};
-  };
-  // Newest step every rank has: MAX over −newest gives the minimum; MAX over newest tells whether
-  // anyone has one at all.
-  int64_t newest = steps.empty() ? -1 : steps.front();
-  int64_t v[2] = {-newest, newest};
-  ThrowIfError(collective_->allreduce_max(v, 2, Deadline::InSeconds(options_.coord.collective_timeout_s))
-                   .WithContext("restore: agree on a step"));
-  int64_t candidate = -v[0];
-  if (v[1] >= 0 && candidate < 0) {
-    throw Error(Status(StatusCode::kMismatch, "restore: some ranks have committed checkpoints in " + options_.dir +
-                                                  " and others have none"));
-  }
-  while (candidate >= 0) {
-    RestoreOptions ro;
-    ro.step = candidate;
-    ro.fallback = false;
-    bool ok = true;
-    std::string why;
-    try {
-      auto got = state_->restore(*store_, ro);
-      ok = got.has_value();
-      if (!ok) why = "not found";
-    } catch (const Error& e) {
-      ok = false;
-      why = e.what();
-    }
-    if (!ok) PREEMPT_LOG_ERROR("restore of step %lld failed: %s", static_cast<long long>(candidate), why.c_str());
-    int64_t f[2] = {ok ? 0 : 1, -older_than(candidate)};
-    ThrowIfError(collective_->allreduce_max(f, 2, Deadline::InSeconds(options_.coord.collective_timeout_s))
-                     .WithContext("restore: agree on success"));
-    if (f[0] == 0) {
-      result = candidate;
-      break;
-    }
-    candidate = -f[1];
-    if (candidate < 0) {
-      throw Error(Status(StatusCode::kCorruption,
-                         "restore: no checkpoint in " + options_.dir + " could be restored on every rank"));
-    }
-    PREEMPT_LOG_WARN("falling back to the older checkpoint step %lld", static_cast<long long>(candidate));
-  }
-  if (result > 0) {
-    stats_.last_commit_step = result;
-    PREEMPT_LOG_INFO("resumed from step %lld (%s)", static_cast<long long>(result), options_.dir.c_str());
-  }
-  // Start-up grace check from measured costs.
-  double needed = 0;
-  if (costs_.count() > 0) {
-    if (!checkpoint_fits(grace_.grace_s - grace_.reserve_s, &needed)) {
-      grace_warned_ = true;
-      PREEMPT_LOG_WARN("grace period %.1f s (%s) minus reserve %.1f s is shorter than the %.1f s a stop checkpoint "
-                       "needs (measured p95 × %.2f + 1 s): a preemption will keep the last committed checkpoint",
-                       grace_.grace_s, grace_.grace_source.c_str(), grace_.reserve_s, needed, options_.grace_margin);
-    }
-  }
-  publish(JobState::kTraining);
-  return result;
 }
 
-bool Runtime::checkpoint_fits(double remaining_s, double* needed_s) const {
-  if (costs_.count() == 0) {
-    *needed_s = 0;
-    return true;
-  }
+void Runtime::track_runtime_record() {
+  state_->track_blob(
+      runtime_internal::kRecordEntry,
+      [this] {
+        runtime_internal::Record r;
+        r.request_ack = std::max(hints_.request_ack, record_request_ack_);
+        r.costs = costs_.Samples();
+        return runtime_internal::EncodeRecord(r);
+      },
+      [this](const std::string& bytes) {
+        runtime_internal::Record r;
+        ThrowIfError(runtime_internal::DecodeRecord(bytes, &r));
+        hints_.request_ack = r.request_ack;
+        costs_.Clear();
+        for (const auto& c : r.costs) costs_.Add(c);
+      });
+}
+
+double Runtime::grace_needed_s() const {
+  if (costs_.count() == 0) return 0;
   Hints::Cost c = costs_.P95Cost();
-  *needed_s = options_.grace_margin * (c.drain_s + c.stall_s + c.persist_s) + 1.0;
-  return *needed_s <= remaining_s;
+  // A stop is noticed at the next check step: up to check_every steps (pipelined: one more
+  // check period for the exchange in flight).
+  double notice_s = stats_.step_time_s * options_.coord.check_every * (options_.coord.pipelined ? 2 : 1);
+  return options_.grace_margin * (notice_s + c.drain_s + c.stall_s + c.persist_s);
+}
+
+void Runtime::warn_if_grace_short(const char* when) {
+  double needed = grace_needed_s();
+  double available = grace_.grace_s - grace_.reserve_s;
+  if (grace_warned_ || needed <= available) return;
+  grace_warned_ = true;
+  PREEMPT_LOG_WARN("grace period %.1f s (%s) minus reserve %.1f s is shorter than the %.3f s a stop checkpoint "
+                   "needs (measured %s: %.2f × (notice + p95 drain + stall + persist)): a preemption will keep the "
+                   "last committed checkpoint",
+                   grace_.grace_s, grace_.grace_source.c_str(), grace_.reserve_s, needed, when, options_.grace_margin);
 }
 
 double Runtime::interval_seconds() const {
@@ -247,7 +220,8 @@ double Runtime::interval_seconds() const {
 
 Action Runtime::step_end(int64_t step) {
   if (stopped_) return Action::kStop;
-  if (!store_) ensure_store();
+  ensure_store();
+  start_requests();
   auto now = std::chrono::steady_clock::now();
   if (stats_.steps > 0) {
     double dt = std::chrono::duration<double>(now - last_step_end_).count();
@@ -261,9 +235,9 @@ Action Runtime::step_end(int64_t step) {
     auto t0 = std::chrono::steady_clock::now();
     try {
       state_->reserve();
-      PREEMPT_LOG_INFO("staging reserved: %d buffer(s) of %.1f MiB in %.3f s", options_.staging_buffers,
+      PREEMPT_LOG_INFO("staging reserved: %d buffer(s) of %.1f MiB in %.3f s", options_.state.staging_buffers,
                        state_->state_bytes() / 1048576.0, SecondsSince(t0));
-    } catch (const std::exception& e) {
+    } catch (const Error& e) {
       PREEMPT_LOG_WARN("could not reserve staging now (it will be allocated at the first checkpoint): %s", e.what());
     }
   }
@@ -287,16 +261,11 @@ Action Runtime::step_end(int64_t step) {
   if (interval > 0 && SecondsSince(last_checkpoint_time_) >= interval) want_checkpoint_ = true;
 
   StopDecision d;
-  Status st = coord_->check(step, local_stop, want_checkpoint_, StopDeadline(), &d);
+  Status st = coord_->check(step, local_stop, want_checkpoint_, StopDeadline(), UntilStop::kYes, &d);
   stats_.coord = coord_->stats();
   if (!st.ok()) {
-    PREEMPT_LOG_ERROR("%s; stopping without a new checkpoint (the newest committed one stays the one restored)",
-                      st.ToString().c_str());
-    stopped_ = true;
-    stats_.stop_step = step;
-    stats_.stop_problem = st.ToString();
-    collective_->abandon();
-    publish(JobState::kStopped);
+    stats_.stop_step = step + 1;
+    stop_without_checkpoint(st);
     return Action::kStop;
   }
   if (d.stop) return stop_path(step, d);
@@ -312,23 +281,34 @@ Action Runtime::step_end(int64_t step) {
 void Runtime::start_checkpoint(int64_t step, bool requested) {
   auto p = std::make_unique<Pending>();
   p->step = step + 1;
+  if (rank() == 0 && requested) p->request_id = request_to_ack_;
+  record_request_ack_ = p->request_id;  // saved in this checkpoint: restoring it fulfils the request
   try {
     // kWait on every rank alike: a rank that skipped while the others saved would leave rank 0
     // waiting for a manifest that never comes.
-    p->handle = state_->checkpoint_async(*store_, step + 1, torch::WhenBusy::kWait, StopDeadline());
+    p->handle = state_->checkpoint_async(*store_, p->step, torch::WhenBusy::kWait, StopDeadline());
   } catch (const Error& e) {
-    PREEMPT_LOG_ERROR("checkpoint at step %lld failed to start: %s", static_cast<long long>(step + 1), e.what());
+    PREEMPT_LOG_ERROR("checkpoint step %lld failed to start: %s", static_cast<long long>(p->step), e.what());
     return;
   }
   if (!p->handle) return;
   auto ts = state_->stats();
   p->stall_s = ts.last_stall_s;
   p->bytes = ts.last_bytes;
-  if (rank() == 0 && requested) p->request_id = request_to_ack_;
   last_checkpoint_time_ = std::chrono::steady_clock::now();
   stats_.checkpoints_started++;
   pending_.push_back(std::move(p));
   if (pending_.size() == 1) publish(JobState::kCheckpointing);
+}
+
+void Runtime::note_commit(int64_t ckpt_step, const std::string& path) {
+  stats_.checkpoints_committed++;
+  last_commit_time_ = std::chrono::steady_clock::now();
+  // Saves can finish out of order (a periodic save finishing during the stop path): the hints
+  // and stats always name the newest commit.
+  if (ckpt_step <= stats_.last_commit_step) return;
+  stats_.last_commit_step = ckpt_step;
+  if (rank() == 0) hints_.last_commit = {ckpt_step, NowUnix(), path};
 }
 
 void Runtime::reap(bool block, Deadline deadline) {
@@ -347,22 +327,11 @@ void Runtime::reap(bool block, Deadline deadline) {
     if (st.ok()) {
       SaveStats ss = p.handle->stats();
       costs_.Add({p.bytes, 0.0, p.stall_s, ss.total_s});
-      stats_.checkpoints_committed++;
-      stats_.last_commit_step = p.step;
-      last_commit_time_ = std::chrono::steady_clock::now();
-      if (rank() == 0) {
-        hints_.last_commit = {p.step, NowUnix(), p.handle->path()};
-        if (p.request_id > hints_.request_ack) hints_.request_ack = p.request_id;
-      }
+      note_commit(p.step, p.handle->path());
+      if (rank() == 0 && p.request_id > hints_.request_ack) hints_.request_ack = p.request_id;
       PREEMPT_LOG_INFO("checkpoint step %lld durable: %.1f MiB, stall %.3f s, persist %.3f s (%s)",
                        static_cast<long long>(p.step), ss.bytes / 1048576.0, p.stall_s, ss.total_s, ss.backend.c_str());
-      double needed = 0;
-      if (!grace_warned_ && !checkpoint_fits(grace_.grace_s - grace_.reserve_s, &needed)) {
-        grace_warned_ = true;
-        PREEMPT_LOG_WARN("grace period %.1f s (%s) minus reserve %.1f s is shorter than the %.1f s a stop checkpoint "
-                         "needs (measured p95 × %.2f + 1 s): a preemption will keep the last committed checkpoint",
-                         grace_.grace_s, grace_.grace_source.c_str(), grace_.reserve_s, needed, options_.grace_margin);
-      }
+      warn_if_grace_short("by this run's checkpoints");
     } else {
       PREEMPT_LOG_ERROR("checkpoint step %lld failed: %s", static_cast<long long>(p.step), st.ToString().c_str());
     }
@@ -370,81 +339,6 @@ void Runtime::reap(bool block, Deadline deadline) {
     it = pending_.erase(it);
   }
   if (changed && !stopped_) publish(pending_.empty() ? JobState::kTraining : JobState::kCheckpointing);
-}
-
-Action Runtime::stop_path(int64_t step, const StopDecision& d) {
-  stopped_ = true;
-  stats_.stop_step = step;
-  const int64_t receipt = StopReceiptMonotonicNs();
-  if (receipt > 0) stats_.signal_to_decision_s = (MonoNs() - receipt) / 1e9;
-  Deadline deadline = d.deadline;
-  if (deadline.is_never()) deadline = Deadline::InSeconds(grace_.grace_s - grace_.reserve_s);
-  publish(JobState::kStopping);
-  double needed = 0;
-  if (!checkpoint_fits(deadline.remaining_seconds(), &needed)) {
-    PREEMPT_LOG_WARN("stop at step %lld: a checkpoint needs ~%.1f s but only %.1f s are left before the deadline; "
-                     "trying anyway — if it does not finish, the last committed checkpoint (step %lld) is the one "
-                     "restored",
-                     static_cast<long long>(step + 1), needed, deadline.remaining_seconds(),
-                     static_cast<long long>(stats_.last_commit_step));
-  } else {
-    PREEMPT_LOG_INFO("stop agreed at step %lld (%s from pid %d, %d signal(s)); %.2f s left before the deadline",
-                     static_cast<long long>(step + 1), StopSignal() > 0 ? SignalName(StopSignal()) : "peer",
-                     StopSenderPid(), StopSignalCount(), deadline.remaining_seconds());
-  }
-  auto t0 = std::chrono::steady_clock::now();
-  Status result = DrainAll(drains_, deadline);
-  stats_.drain_s = SecondsSince(t0);
-  std::shared_ptr<SaveHandle> handle;
-  if (result.ok()) {
-    try {
-      // Training is over for this process: write straight from the live tensors (no staging copy).
-      handle = state_->checkpoint_in_place(*store_, step + 1, deadline);
-      stats_.stall_s = state_->stats().last_stall_s;
-    } catch (const Error& e) {
-      result = e.status().WithContext("stop snapshot");
-    }
-  }
-  if (handle) {
-    auto t1 = std::chrono::steady_clock::now();
-    Status ws = handle->wait(deadline);
-    stats_.persist_s = SecondsSince(t1);
-    if (!ws.ok()) {
-      handle->cancel();
-      result = ws.WithContext("stop checkpoint step " + std::to_string(step + 1));
-    }
-  }
-  // Every rank learns whether every part is durable (rank 0's save returns only after COMMIT).
-  int64_t failed = result.ok() ? 0 : 1;
-  Status as = collective_->allreduce_max(&failed, 1, deadline);
-  if (!as.ok()) {
-    collective_->abandon();
-    if (result.ok()) result = as.WithContext("confirming the stop checkpoint");
-  } else if (failed && result.ok()) {
-    result = Status(StatusCode::kAborted, "another rank could not write its part of the stop checkpoint");
-  }
-  if (receipt > 0) stats_.signal_to_commit_s = (MonoNs() - receipt) / 1e9;
-  if (result.ok()) {
-    stats_.stop_committed = true;
-    stats_.checkpoints_committed++;
-    stats_.last_commit_step = step + 1;
-    costs_.Add({state_->stats().last_bytes, stats_.drain_s, stats_.stall_s, stats_.persist_s});
-    if (rank() == 0) hints_.last_commit = {step + 1, NowUnix(), handle->path()};
-    PREEMPT_LOG_INFO("stop checkpoint step %lld committed: drain %.3f s, stall %.3f s, persist+commit %.3f s; "
-                     "%.3f s after the signal, %.2f s before the deadline",
-                     static_cast<long long>(step + 1), stats_.drain_s, stats_.stall_s, stats_.persist_s,
-                     stats_.signal_to_commit_s, deadline.remaining_seconds());
-  } else {
-    stats_.stop_problem = result.ToString();
-    PREEMPT_LOG_ERROR("stop checkpoint step %lld NOT committed: %s; the last committed checkpoint (step %lld) "
-                      "stays the one restored",
-                      static_cast<long long>(step + 1), result.ToString().c_str(),
-                      static_cast<long long>(stats_.last_commit_step));
-  }
-  // Periodic saves that finished meanwhile (their commit is older than the stop one).
-  if (result.ok()) reap(true, deadline);
-  publish(JobState::kStopped);
-  return Action::kStop;
 }
 
 Status Runtime::wait(Deadline deadline) {
@@ -472,9 +366,7 @@ void Runtime::publish(JobState state) {
   hints_.updated_unix = NowUnix();
   hints_.step_time_s = stats_.step_time_s;
   if (costs_.count() > 0) hints_.cost = costs_.P95Cost();
-  double needed = 0;
-  checkpoint_fits(0, &needed);
-  hints_.grace.needed_s = needed;
+  hints_.grace.needed_s = grace_needed_s();
   hints_.grace.granted_s = grace_.grace_s;
   hints_.lost_work_s = state == JobState::kStopped && stats_.stop_committed ? 0 : SecondsSince(last_commit_time_);
   Status st = WriteHintsAtomic(options_.hints_path, hints_);

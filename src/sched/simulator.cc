@@ -200,7 +200,7 @@ void Simulation::RefreshHints() {
     // (re)started, that includes the restore it is paying now.
     h.lost_work_s = committed > s.p0 ? std::max(0.0, s.Progress(now_) - committed) : now_ - s.seg_start;
     h.last_commit.step = committed > 0 ? static_cast<int64_t>(committed) : -1;
-    h.last_commit.unix = s.CommitTime(now_);
+    h.last_commit.committed_at = s.CommitTime(now_);
     h.step = static_cast<int64_t>(s.Progress(now_));
     h.state = j.phase == JobPhase::kCheckpointing ? JobState::kCheckpointing : JobState::kTraining;
   }

@@ -311,11 +311,6 @@ int SignalEventFd() { return g_eventfd.load(std::memory_order_acquire); }
 
 void RequestStop() { RecordStop(-1, 0); }
 
-void RequestCheckpoint() {
-  g_ckpt_count.fetch_add(1, std::memory_order_acq_rel);
-  PokeEventFd();
-}
-
 void ClearSignalState() {
   g_stop.store(false, std::memory_order_release);
   g_stop_count.store(0);

@@ -373,18 +373,11 @@ Status Store::Impl::commit(SaveJob* job, const std::string& tmp_dir, const std::
                            SaveStats* stats) {
   auto t0 = std::chrono::steady_clock::now();
   const Deadline deadline = Deadline::InSeconds(o_.commit_timeout_s);
-  if (o_.commit_barrier) {
-    PREEMPT_RETURN_IF_ERROR(o_.commit_barrier(deadline).WithContext("commit barrier (manifests durable)"));
-  } else if (o_.rank == 0 && o_.world_size > 1) {
-    PREEMPT_RETURN_IF_ERROR(wait_for_manifests(job, tmp_dir, deadline));
-  }
+  if (o_.rank == 0 && o_.world_size > 1) PREEMPT_RETURN_IF_ERROR(wait_for_manifests(job, tmp_dir, deadline));
   if (o_.rank == 0) {
     PREEMPT_RETURN_IF_ERROR(write_commit(job, tmp_dir, final_dir));
-  } else if (!o_.commit_barrier) {
+  } else {
     PREEMPT_RETURN_IF_ERROR(wait_for_commit(job, tmp_dir, final_dir, manifest_xxh3, deadline));
-  }
-  if (o_.commit_barrier) {
-    PREEMPT_RETURN_IF_ERROR(o_.commit_barrier(deadline).WithContext("commit barrier (COMMIT durable)"));
   }
   stats->commit_s = SecondsSince(t0);
   return Status::OK();

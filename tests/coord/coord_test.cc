@@ -106,6 +106,33 @@ TEST(CoordGloo, StuckRankHitsTheDeadlineWithoutHanging) {
   WaitProcess(job.pids[1], 10);
 }
 
+// A collective given up at its deadline completes later, when the slow peer joins: it must never
+// write into the caller's buffer then (that memory may be a stack frame that is gone), and the
+// peer must receive the values the caller passed, not whatever that memory holds by then.
+TEST(CoordGloo, AbandonedAllreduceNeverWritesTheCallersBuffer) {
+  TempDir dir("coord-abandon");
+  Job job = Launch(dir, "abandon", 2, {});
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(ExitCode(WaitProcess(job.pids[r], 60)), 0) << ReadFileOrDie(job.outs[r] + ".log");
+  }
+  std::istringstream r0(ReadFileOrDie(job.outs[0])), r1(ReadFileOrDie(job.outs[1]));
+  std::string w0, w1;
+  int64_t b[3], v[3];
+  std::string code0, code1;
+  r0 >> w0 >> b[0] >> b[1] >> b[2] >> code0;
+  r1 >> w1 >> v[0] >> v[1] >> v[2] >> code1;
+  ASSERT_EQ(w0, "buffer");
+  EXPECT_EQ(code0, "DeadlineExceeded:");
+  EXPECT_EQ(b[0], 7);
+  EXPECT_EQ(b[1], 11);
+  EXPECT_EQ(b[2], 13) << "the abandoned all-reduce wrote its late result into the caller's buffer";
+  ASSERT_EQ(w1, "result");
+  EXPECT_EQ(code1, "OK");
+  EXPECT_EQ(v[0], 100);
+  EXPECT_EQ(v[1], 200);
+  EXPECT_EQ(v[2], 300);
+}
+
 TEST(CoordGloo, PerStepCheckCost) {
   for (auto [every, pipe] : std::vector<std::pair<std::string, std::string>>{
            {"1", "sync"}, {"10", "sync"}, {"1", "pipelined"}, {"10", "pipelined"}}) {

@@ -6,6 +6,10 @@
 //           step after a SIGTERM to any rank; writes "stop <step> drained <ok>" to out_file.
 //   stuck   like agree, but rank world-1 never reaches the agreement collective after step 5
 //           (sleeps); the others must give up at the stop deadline and exit 3.
+//   abandon rank 0 calls allreduce_max on its buffer {7, 11, 13} with a 0.3 s deadline and gives
+//           up; rank 1 joins 1.5 s later with {100, 200, 300}. Rank 0 then waits 2 s and writes
+//           "buffer <v0> <v1> <v2>" (a collective must never write the caller's buffer after it
+//           returned); rank 1 writes "result <v0> <v1> <v2>" (what it received).
 //   bench   no signal: measures the mean cost of StopCoordinator::check for `steps` steps;
 //           writes "check_us <mean> max_us <max> checks <n>" to out_file.
 // Exit codes: 0 stopped at an agreed step, 3 agreement/drain deadline missed, 2 usage/other.
@@ -45,15 +49,32 @@ int main(int argc, char** argv) {
     std::ofstream(out + ".ready") << "ready\n";
   }
   preempt::StopDecision d;
+  if (mode == "abandon") {
+    std::vector<int64_t> values = rank == 0 ? std::vector<int64_t>{7, 11, 13} : std::vector<int64_t>{100, 200, 300};
+    preempt::Status st;
+    if (rank == 0) {
+      st = collective->allreduce_max(values.data(), 3, preempt::Deadline::InSeconds(0.3), preempt::UntilStop::kNo);
+      std::this_thread::sleep_for(std::chrono::seconds(2));  // the peer joins meanwhile
+      std::ofstream(out) << "buffer " << values[0] << " " << values[1] << " " << values[2] << " " << st.ToString()
+                         << "\n";
+      collective->abandon();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      st = collective->allreduce_max(values.data(), 3, preempt::Deadline::InSeconds(30), preempt::UntilStop::kNo);
+      std::ofstream(out) << "result " << values[0] << " " << values[1] << " " << values[2] << " " << st.ToString()
+                         << "\n";
+    }
+    return 0;
+  }
   if (mode == "bench") {
     // warm up
-    for (int64_t s = 0; s < 50; ++s) (void)coord.check(s, false, false, preempt::Deadline::Never(), &d);
+    for (int64_t s = 0; s < 50; ++s) (void)coord.check(s, false, false, preempt::Deadline::Never(), preempt::UntilStop::kNo, &d);
     preempt::StopCoordinator timed(collective.get(),
                                    {.check_every = every, .collective_timeout_s = 30, .pipelined = pipelined});
     // 1 ms of "compute" per step; only the time inside check() is counted.
     for (int64_t s = 0; s < steps; ++s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      if (!timed.check(s, false, false, preempt::Deadline::Never(), &d).ok()) return 3;
+      if (!timed.check(s, false, false, preempt::Deadline::Never(), preempt::UntilStop::kNo, &d).ok()) return 3;
     }
     double total = timed.stats().total_check_s;
     // Baseline: the same 3-int64 all_reduce(MAX) straight on the process group, Work::wait().
@@ -80,7 +101,7 @@ int main(int argc, char** argv) {
     {
       std::ofstream(out + ".progress") << step << "\n";
     }
-    preempt::Status st = coord.check(step, preempt::StopRequested(), false, preempt::StopDeadline(), &d);
+    preempt::Status st = coord.check(step, preempt::StopRequested(), false, preempt::StopDeadline(), preempt::UntilStop::kYes, &d);
     if (!st.ok()) {
       std::fprintf(stderr, "rank %d: %s\n", rank, st.ToString().c_str());
       std::ofstream(out) << "failed " << step << " " << st.ToString() << "\n";

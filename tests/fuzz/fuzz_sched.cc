@@ -175,7 +175,7 @@ void SameHints(const Hints& a, const Hints& b) {
   auto same = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
   if (a.job != b.job || a.state != b.state || a.step != b.step || !same(a.updated_unix, b.updated_unix) ||
       !same(a.step_time_s, b.step_time_s) || a.last_commit.step != b.last_commit.step ||
-      !same(a.last_commit.unix, b.last_commit.unix) || a.last_commit.path != b.last_commit.path ||
+      !same(a.last_commit.committed_at, b.last_commit.committed_at) || a.last_commit.path != b.last_commit.path ||
       a.cost.bytes != b.cost.bytes || !same(a.cost.drain_s, b.cost.drain_s) || !same(a.cost.stall_s, b.cost.stall_s) ||
       !same(a.cost.persist_s, b.cost.persist_s) || !same(a.grace.needed_s, b.grace.needed_s) ||
       !same(a.grace.granted_s, b.grace.granted_s) || !same(a.lost_work_s, b.lost_work_s) || a.gpus != b.gpus ||

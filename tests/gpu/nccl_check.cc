@@ -51,7 +51,7 @@ int main() {
   {
     preempt::NcclCollective coll(comm, stream, 0, 1);
     int64_t values[3] = {1, 0, -5000};
-    Status st = coll.allreduce_max(values, 3, Deadline::InSeconds(10));
+    Status st = coll.allreduce_max(values, 3, Deadline::InSeconds(10), preempt::UntilStop::kNo);
     if (!Check(st.ok() && values[0] == 1 && values[1] == 0 && values[2] == -5000,
                "NcclCollective::allreduce_max round trip")) {
       std::printf("     %s\n", st.ToString().c_str());
@@ -59,7 +59,7 @@ int main() {
     }
     constexpr int kRounds = 1000;
     auto start_at = std::chrono::steady_clock::now();
-    for (int i = 0; i < kRounds; ++i) (void)coll.allreduce_max(values, 3, Deadline::InSeconds(10));
+    for (int i = 0; i < kRounds; ++i) (void)coll.allreduce_max(values, 3, Deadline::InSeconds(10), preempt::UntilStop::kNo);
     std::printf("info allreduce(MAX) of 3 int64: %.1f us\n", SecondsSince(start_at) * 1e6 / kRounds);
   }
 

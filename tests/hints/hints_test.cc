@@ -45,7 +45,7 @@ TEST(Hints, RoundTripKeepsEveryField) {
   EXPECT_EQ(out.step, in.step);
   EXPECT_DOUBLE_EQ(out.step_time_s, in.step_time_s);
   EXPECT_EQ(out.last_commit.step, in.last_commit.step);
-  EXPECT_DOUBLE_EQ(out.last_commit.unix, in.last_commit.unix);
+  EXPECT_DOUBLE_EQ(out.last_commit.committed_at, in.last_commit.committed_at);
   EXPECT_EQ(out.last_commit.path, in.last_commit.path);
   EXPECT_EQ(out.cost.bytes, in.cost.bytes);
   EXPECT_DOUBLE_EQ(out.cost.drain_s, in.cost.drain_s);
@@ -237,6 +237,23 @@ TEST(CostTracker, EmptyIsZero) {
   EXPECT_EQ(t.count(), 0u);
   EXPECT_EQ(t.P95().persist_s, 0);
   EXPECT_EQ(t.Ewma().bytes, 0u);
+}
+
+// The runtime stores Samples() in its checkpoints and Add()s them back after a restore.
+TEST(CostTracker, SamplesRoundTripTheP95) {
+  CostTracker a(4);
+  for (int i = 1; i <= 6; ++i) a.Add({uint64_t(i), 0.1 * i, 0.2 * i, 0.3 * i});
+  auto samples = a.Samples();
+  ASSERT_EQ(samples.size(), 4u);  // the window
+  EXPECT_EQ(samples.front().bytes, 3u);
+  EXPECT_EQ(samples.back().bytes, 6u);
+  CostTracker b(4);
+  b.Add({999, 9, 9, 9});
+  b.Clear();
+  EXPECT_EQ(b.count(), 0u);
+  for (const auto& s : samples) b.Add(s);
+  EXPECT_EQ(b.P95().bytes, a.P95().bytes);
+  EXPECT_DOUBLE_EQ(b.P95().persist_s, a.P95().persist_s);
 }
 
 TEST(CostTracker, EwmaAndP95Table) {

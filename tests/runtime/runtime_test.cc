@@ -1,5 +1,6 @@
-// End-to-end preemption tests: real gloo jobs of 2 and 4 ddp_trainer processes (examples/),
-// real signals, real checkpoints on disk, exact resume.
+// End-to-end preemption tests: real gloo jobs of 2 and 4 trainer processes
+// (tests/runtime/trainer_worker.cc), real signals, real checkpoints on disk, exact resume.
+// Step numbers count completed steps, as everywhere in preempt.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 
 #include "coord/proc_util.h"
 #include "preempt/hints.h"
+#include "preempt/store.h"
 #include "support/test_util.h"
 
 namespace preempt::testing {
@@ -20,7 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Trainer() { return BinaryDir() + "/examples/ddp_trainer"; }
+std::string Trainer() { return BinaryDir() + "/tests/runtime/preempt_trainer_worker"; }
 
 struct JobSpec {
   int world = 2;
@@ -33,6 +35,7 @@ struct JobSpec {
   int64_t stuck_step = -1;
   std::string hints;
   bool pipelined = false;
+  std::vector<std::string> extra;  // more worker flags
   std::vector<std::string> env = {"PREEMPT_GRACE_S=20"};
 };
 
@@ -61,6 +64,7 @@ Job Launch(const TempDir& tmp, const std::string& name, const std::string& ckpt,
     }
     if (!s.hints.empty()) argv.insert(argv.end(), {"--hints", s.hints});
     if (s.pipelined) argv.insert(argv.end(), {"--pipelined", "1"});
+    argv.insert(argv.end(), s.extra.begin(), s.extra.end());
     job.logs.push_back(log);
     job.pids.push_back(SpawnProcess(argv, log, s.env));
   }
@@ -102,11 +106,11 @@ std::vector<int> WaitAll(const Job& job, double timeout_s, std::vector<double>* 
   return codes;
 }
 
-// "rank R stopped after step S committed=C"
+// "rank R stopped at step S committed=C" → S (completed steps: the stop checkpoint's step).
 int64_t StopStep(const std::string& log, int* committed) {
   std::ifstream in(log);
   std::string line;
-  std::regex re("rank \\d+ stopped after step (\\d+) committed=(\\d)");
+  std::regex re("rank \\d+ stopped at step (\\d+) committed=(\\d)");
   std::smatch m;
   while (std::getline(in, line)) {
     if (std::regex_search(line, m, re)) {
@@ -183,15 +187,13 @@ void PreemptAndResume(int world, unsigned seed, bool pipelined = false) {
   auto dirs = CommittedDirs(job.dir, &any_tmp);
   EXPECT_FALSE(any_tmp);
   ASSERT_FALSE(dirs.empty());
-  char want[32];
-  std::snprintf(want, sizeof(want), "step-%08lld", static_cast<long long>(stop + 1));
-  EXPECT_EQ(dirs.back(), want);
+  EXPECT_EQ(dirs.back(), StepDirName(stop));
 
   Job resumed = Launch(tmp, "res", "int", s);
   codes = WaitAll(resumed, 240);
   for (int r = 0; r < world; ++r) {
     EXPECT_EQ(codes[r], 0);
-    EXPECT_TRUE(LogHas(resumed.logs[r], "start step " + std::to_string(stop + 1))) << ReadFileOrDie(resumed.logs[r]);
+    EXPECT_TRUE(LogHas(resumed.logs[r], "start step " + std::to_string(stop))) << ReadFileOrDie(resumed.logs[r]);
     EXPECT_EQ(Final(resumed.logs[r]), ref_final) << "resume must equal the uninterrupted run bit for bit";
   }
   EXPECT_EQ(ReadFileOrDie(tmp / "int.loss"), ReadFileOrDie(tmp / "ref.loss")) << "loss curves differ";
@@ -226,16 +228,18 @@ TEST(Runtime, SigtermBeforeTheFirstStep) {
   auto codes = WaitAll(job, 60);
   for (int c : codes) EXPECT_EQ(c, 143);
   int committed = 0;
-  EXPECT_EQ(StopStep(job.logs[1], &committed), 0);  // one step, then the stop checkpoint
+  EXPECT_EQ(StopStep(job.logs[1], &committed), 1);  // one step, then the stop checkpoint
   EXPECT_EQ(committed, 1);
 }
 
+// Also: the hints name the stop commit, not the periodic save that finished during the stop path.
 TEST(Runtime, SigtermDuringPeriodicSaveNeverLeavesAPartialCheckpoint) {
   TempDir tmp("rt4");
   JobSpec s;
   s.every = 4;
   s.extra_mib = 96;
   s.steps = 30;
+  s.hints = tmp / "hints.json";
   Job job = Launch(tmp, "j", "ck", s);
   ASSERT_TRUE(WaitUntil([&] { return LogHas(job.logs[0], "checkpoint at step 8"); }, 120));
   kill(job.pids[1], SIGTERM);  // the step-8 save is persisting now
@@ -247,15 +251,18 @@ TEST(Runtime, SigtermDuringPeriodicSaveNeverLeavesAPartialCheckpoint) {
   bool any_tmp;
   auto dirs = CommittedDirs(job.dir, &any_tmp);
   EXPECT_FALSE(any_tmp);
-  char want[32];
-  std::snprintf(want, sizeof(want), "step-%08lld", static_cast<long long>(stop + 1));
   ASSERT_FALSE(dirs.empty());
-  EXPECT_EQ(dirs.back(), want);
+  EXPECT_EQ(dirs.back(), StepDirName(stop));
+  Hints h;
+  ASSERT_TRUE(ReadHints(s.hints, &h).ok());
+  EXPECT_EQ(h.state, JobState::kStopped);
+  EXPECT_EQ(h.last_commit.step, stop) << "the hints must name the stop commit";
+  EXPECT_EQ(h.last_commit.path, job.dir + "/" + StepDirName(stop));
   Job resumed = Launch(tmp, "r", "ck", s);
   codes = WaitAll(resumed, 240);
   for (size_t r = 0; r < codes.size(); ++r) {
     EXPECT_EQ(codes[r], 0);
-    EXPECT_TRUE(LogHas(resumed.logs[r], "start step " + std::to_string(stop + 1)));
+    EXPECT_TRUE(LogHas(resumed.logs[r], "start step " + std::to_string(stop)));
   }
 }
 
@@ -295,7 +302,7 @@ TEST(Runtime, GraceTooShortKeepsThePreviousCheckpoint) {
   ASSERT_TRUE(std::regex_search(text, m, re)) << text;
   int64_t start = std::stoll(m[1]);
   EXPECT_GE(start, 10);
-  EXPECT_LE(start, stop);
+  EXPECT_LT(start, stop);
 }
 
 TEST(Runtime, StuckRankHitsTheDeadlineWithoutHanging) {
@@ -327,7 +334,7 @@ TEST(Runtime, CheckpointRequestThenSigterm) {
   ASSERT_TRUE(WriteCheckpointRequest(RequestPathFor(s.hints), CheckpointRequest{1, "checkpoint"}).ok());
   Hints h;
   ASSERT_TRUE(WaitUntil([&] { return ReadHints(s.hints, &h).ok() && h.request_ack == 1; }, 60));
-  EXPECT_GT(h.last_commit.step, 3);
+  EXPECT_GE(h.last_commit.step, 3);  // the request came after 3 completed steps
   EXPECT_EQ(h.state == JobState::kTraining || h.state == JobState::kCheckpointing, true);
   int64_t requested_commit = h.last_commit.step;
   // A checkpoint signal works the same way, without stopping.
@@ -339,11 +346,253 @@ TEST(Runtime, CheckpointRequestThenSigterm) {
   ASSERT_TRUE(ReadHints(s.hints, &h).ok());
   EXPECT_EQ(h.state, JobState::kStopped);
   int committed = 0;
-  EXPECT_EQ(h.last_commit.step, StopStep(job.logs[0], &committed) + 1);
+  EXPECT_EQ(h.last_commit.step, StopStep(job.logs[0], &committed));
   EXPECT_EQ(h.request_ack, 1);
   EXPECT_GT(h.cost.persist_s, 0);
   EXPECT_GT(h.grace.needed_s, 0);
   EXPECT_DOUBLE_EQ(h.grace.granted_s, 20);
+}
+
+// ---- restore refuses what it cannot use, and says why -------------------------------------
+
+// Runs a job to its end and returns the committed step directories it left.
+std::vector<std::string> TrainToTheEnd(const TempDir& tmp, const std::string& ckpt, JobSpec s) {
+  Job job = Launch(tmp, "train", ckpt, s);
+  for (int c : WaitAll(job, 240)) EXPECT_EQ(c, 0);
+  bool any_tmp = false;
+  return CommittedDirs(tmp / ckpt, &any_tmp);
+}
+
+void FlipByte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << path;
+  f.seekg(offset);
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x5a;
+  f.seekp(offset);
+  f.write(&c, 1);
+}
+
+TEST(Runtime, WorldSizeChangeIsAnErrorAndDeletesNothing) {
+  TempDir tmp("rt-world");
+  JobSpec s;
+  s.steps = 20;
+  s.every = 5;
+  s.sleep_ms = 0;
+  auto before = TrainToTheEnd(tmp, "ck", s);
+  ASSERT_EQ(before.size(), 3u);
+  for (int world : {1, 3}) {
+    JobSpec other = s;
+    other.world = world;
+    other.steps = 40;
+    Job job = Launch(tmp, "w" + std::to_string(world), "ck", other);
+    auto codes = WaitAll(job, 120);
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(codes[r], 3) << ReadFileOrDie(job.logs[r]);
+      std::string log = ReadFileOrDie(job.logs[r]);
+      EXPECT_NE(log.find("restore failed: Mismatch"), std::string::npos) << log;
+      EXPECT_NE(log.find("written by 2 ranks"), std::string::npos) << log;
+      EXPECT_NE(log.find("skipping checkpoint " + tmp / "ck" + "/step-00000020"), std::string::npos) << log;
+    }
+    bool any_tmp = false;
+    EXPECT_EQ(CommittedDirs(tmp / "ck", &any_tmp), before) << "a job that cannot read the checkpoints deleted some";
+  }
+  // The 2-rank job still resumes where it was.
+  s.steps = 25;
+  Job again = Launch(tmp, "again", "ck", s);
+  auto codes = WaitAll(again, 120);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(codes[r], 0);
+    EXPECT_TRUE(LogHas(again.logs[r], "start step 20")) << ReadFileOrDie(again.logs[r]);
+  }
+}
+
+TEST(Runtime, EveryCommitCorruptIsAnErrorNotAFreshStart) {
+  TempDir tmp("rt-allbad");
+  JobSpec s;
+  s.steps = 20;
+  s.every = 5;
+  s.sleep_ms = 0;
+  auto dirs = TrainToTheEnd(tmp, "ck", s);
+  ASSERT_EQ(dirs.size(), 3u);
+  for (const auto& d : dirs) FlipByte(tmp / "ck" + "/" + d + "/COMMIT", 40);
+  Job job = Launch(tmp, "bad", "ck", s);
+  auto codes = WaitAll(job, 120);
+  for (int r = 0; r < 2; ++r) {
+    std::string log = ReadFileOrDie(job.logs[r]);
+    EXPECT_EQ(codes[r], 3) << log;
+    EXPECT_NE(log.find("restore failed: Corruption"), std::string::npos) << log;
+    EXPECT_NE(log.find("3 checkpoint(s) in " + tmp / "ck" + " but none can be restored"), std::string::npos) << log;
+    EXPECT_FALSE(LogHas(job.logs[r], "start step 0")) << "silently started from scratch";
+  }
+  bool any_tmp = false;
+  EXPECT_EQ(CommittedDirs(tmp / "ck", &any_tmp), dirs);
+}
+
+TEST(Runtime, EverySkippedCheckpointIsLoggedWithWhy) {
+  TempDir tmp("rt-skip");
+  JobSpec s;
+  s.steps = 25;
+  s.every = 5;
+  s.sleep_ms = 0;
+  auto dirs = TrainToTheEnd(tmp, "ck", s);
+  ASSERT_EQ(dirs.size(), 3u);  // 15, 20, 25
+  const std::string ck = tmp / "ck";
+  FlipByte(ck + "/step-00000025/COMMIT", 40);                 // a corrupt COMMIT
+  FlipByte(ck + "/step-00000020/rank-00001.manifest", 60);    // a corrupt manifest (rank 1)
+  fs::resize_file(ck + "/step-00000020/rank-00000.bin", 100);  // a truncated data file (rank 0)
+  s.steps = 30;
+  Job job = Launch(tmp, "skip", "ck", s);
+  auto codes = WaitAll(job, 120);
+  std::regex skipped_with_reason("skipping checkpoint \\S+step-000000(25|20): \\w+: .*\\S");
+  for (int r = 0; r < 2; ++r) {
+    std::string log = ReadFileOrDie(job.logs[r]);
+    EXPECT_EQ(codes[r], 0) << log;
+    EXPECT_NE(log.find("start step 15"), std::string::npos) << log;
+    EXPECT_NE(log.find("skipping checkpoint " + ck + "/step-00000025: Corruption: " + ck + "/step-00000025/COMMIT"),
+              std::string::npos)
+        << log;
+    EXPECT_NE(log.find("skipping checkpoint " + ck + "/step-00000020: Corruption: "), std::string::npos) << log;
+    EXPECT_TRUE(std::regex_search(log, skipped_with_reason)) << log;
+  }
+  EXPECT_TRUE(LogHas(job.logs[1], "rank-00001.manifest")) << ReadFileOrDie(job.logs[1]);
+  EXPECT_TRUE(LogHas(job.logs[0], "rank-00000")) << ReadFileOrDie(job.logs[0]);
+}
+
+TEST(Runtime, ShapeMismatchIsNamedAndOlderCheckpointsAreNotTried) {
+  TempDir tmp("rt-shape");
+  JobSpec s;
+  s.steps = 20;
+  s.every = 5;
+  s.sleep_ms = 0;
+  auto dirs = TrainToTheEnd(tmp, "ck", s);
+  s.extra = {"--hidden", "48"};  // a config change
+  Job job = Launch(tmp, "shape", "ck", s);
+  auto codes = WaitAll(job, 120);
+  for (int r = 0; r < 2; ++r) {
+    std::string log = ReadFileOrDie(job.logs[r]);
+    EXPECT_EQ(codes[r], 3) << log;
+    EXPECT_NE(log.find("restore failed: Mismatch: restore: checkpoint step 20: "), std::string::npos) << log;
+    EXPECT_NE(log.find("model:fc1.weight"), std::string::npos) << log;
+    EXPECT_EQ(log.find("falling back"), std::string::npos) << log;
+    EXPECT_EQ(log.find("could be restored"), std::string::npos) << log;
+  }
+  bool any_tmp = false;
+  EXPECT_EQ(CommittedDirs(tmp / "ck", &any_tmp), dirs);
+}
+
+// ---- the stop path: deadlines and one truth ------------------------------------------------
+
+// The rank that got no signal is in a step longer than grace − reserve: the signalled rank (its
+// stop flag and deadline already in its exchange) gives up the agreement at its deadline and
+// lingers, so its abandoned collective completes when the slow rank joins. The slow rank must
+// receive real values, bound its stop path by its own grace instead of waiting for a manifest
+// that never comes, and both must end with the same exit code: no hang, no crash.
+TEST(Runtime, StopDuringAPeersLongStepEndsEveryRankInBoundedTime) {
+  TempDir tmp("rt-slowpeer");
+  JobSpec s;
+  s.steps = 400;
+  s.extra = {"--slow-step", "6", "--slow-ms", "4000,700", "--linger-ms", "6000"};
+  s.env = {"PREEMPT_GRACE_S=2", "PREEMPT_GRACE_RESERVE_S=0.5"};
+  Job job = Launch(tmp, "j", "ck", s);
+  ASSERT_TRUE(WaitUntil([&] { return LogHas(job.logs[1], "slow step 6 begins"); }, 120));
+  ASSERT_EQ(kill(job.pids[1], SIGTERM), 0);  // rank 1 enters step_end with the stop; rank 0 is still slow
+  auto codes = WaitAll(job, 60);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(codes[r], 75) << ReadFileOrDie(job.logs[r]);
+  std::string log0 = ReadFileOrDie(job.logs[0]);
+  std::smatch m;
+  std::regex left("([0-9.]+) s left before the deadline");
+  if (std::regex_search(log0, m, left)) EXPECT_LT(std::stod(m[1]), 2.0) << log0;
+  EXPECT_TRUE(LogHas(job.logs[0], "NOT committed") || LogHas(job.logs[0], "stopping without a new checkpoint")) << log0;
+  bool any_tmp = false;
+  EXPECT_TRUE(CommittedDirs(job.dir, &any_tmp).empty());
+}
+
+// The stop checkpoint's commit lands after the deadline (a slow rename): the runtime must report
+// what is on disk — the same exit code on every rank, 143 exactly when it committed — and the
+// relaunch resumes from it.
+TEST(Runtime, LateCommitIsReportedTheSameByEveryRank) {
+  TempDir tmp("rt-latecommit");
+  JobSpec s;
+  s.steps = 400;
+  s.extra = {"--slow-commit-ms", "2300"};
+  s.env = {"PREEMPT_GRACE_S=4", "PREEMPT_GRACE_RESERVE_S=2"};  // deadline 2 s, settled by 3 s
+  Job job = Launch(tmp, "j", "ck", s);
+  ASSERT_TRUE(WaitUntil([&] { return Progress(job, 0) >= 5; }, 120));
+  ASSERT_EQ(kill(job.pids[0], SIGTERM), 0);
+  auto codes = WaitAll(job, 60);
+  int committed = -1;
+  int64_t stop = StopStep(job.logs[0], &committed);
+  bool any_tmp = false;
+  auto dirs = CommittedDirs(job.dir, &any_tmp);
+  const bool on_disk = !dirs.empty() && dirs.back() == StepDirName(stop);
+  EXPECT_TRUE(on_disk) << "the slow commit should land inside the settle time";
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(codes[r], on_disk ? 143 : 75) << ReadFileOrDie(job.logs[r]);
+    EXPECT_EQ(LogHas(job.logs[r], "NOT committed"), !on_disk) << ReadFileOrDie(job.logs[r]);
+  }
+  s.steps = 0;
+  s.extra.clear();
+  s.env = {"PREEMPT_GRACE_S=20"};
+  Job resumed = Launch(tmp, "r", "ck", s);
+  WaitAll(resumed, 120);
+  EXPECT_TRUE(LogHas(resumed.logs[0], "start step " + std::to_string(stop))) << ReadFileOrDie(resumed.logs[0]);
+}
+
+// grace.needed_s comes from what was measured: a small state that commits in milliseconds fits
+// a 1 s grace period (no warning), and the stop commits.
+TEST(Runtime, GraceNeededIsSizedFromMeasuredCosts) {
+  TempDir tmp("rt-needed");
+  JobSpec s;
+  s.steps = 400;
+  s.every = 5;
+  s.hints = tmp / "hints.json";
+  s.env = {"PREEMPT_GRACE_S=1", "PREEMPT_GRACE_RESERVE_S=0.2"};
+  Job job = Launch(tmp, "j", "ck", s);
+  Hints h;
+  ASSERT_TRUE(WaitUntil([&] { return ReadHints(s.hints, &h).ok() && h.last_commit.step >= 10; }, 120));
+  EXPECT_GT(h.grace.needed_s, 0);
+  EXPECT_LT(h.grace.needed_s, 0.8) << "needed " << h.grace.needed_s << " s for a state that commits in "
+                                   << h.cost.persist_s << " s";
+  ASSERT_EQ(kill(job.pids[0], SIGTERM), 0);
+  auto codes = WaitAll(job, 60);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(codes[r], 143) << ReadFileOrDie(job.logs[r]);
+    EXPECT_FALSE(LogHas(job.logs[r], "is shorter than the")) << ReadFileOrDie(job.logs[r]);
+    EXPECT_FALSE(LogHas(job.logs[r], "a checkpoint needs ~")) << ReadFileOrDie(job.logs[r]);
+  }
+}
+
+// ---- signals outside the Runtime's life ---------------------------------------------------
+
+TEST(Runtime, SigtermDuringStartUpIsKeptAndStopsAfterTheFirstStep) {
+  TempDir tmp("rt-early");
+  JobSpec s;
+  s.extra = {"--early-handlers", "1", "--startup-sleep-ms", "1500"};
+  Job job = Launch(tmp, "j", "ck", s);
+  ASSERT_TRUE(WaitUntil([&] { return fs::exists(job.dir + "/.rank0.starting"); }, 60));
+  ASSERT_EQ(kill(job.pids[0], SIGTERM), 0);  // before its process group and Runtime exist
+  auto codes = WaitAll(job, 60);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(codes[r], 143) << ReadFileOrDie(job.logs[r]);
+    int committed = 0;
+    EXPECT_EQ(StopStep(job.logs[r], &committed), 1) << ReadFileOrDie(job.logs[r]);
+    EXPECT_EQ(committed, 1);
+  }
+}
+
+TEST(Runtime, SigtermAfterTheRuntimeIsGoneDoesNotKillAFinishedJob) {
+  TempDir tmp("rt-late");
+  JobSpec s;
+  s.steps = 5;
+  s.extra = {"--early-handlers", "1", "--after-ms", "1500"};
+  Job job = Launch(tmp, "j", "ck", s);
+  ASSERT_TRUE(WaitUntil([&] { return fs::exists(job.dir + "/.rank0.finished"); }, 120));
+  ASSERT_EQ(kill(job.pids[0], SIGTERM), 0);
+  auto codes = WaitAll(job, 60);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(codes[r], 0) << ReadFileOrDie(job.logs[r]);
+  EXPECT_TRUE(LogHas(job.logs[0], "still alive after the runtime")) << ReadFileOrDie(job.logs[0]);
 }
 
 }  // namespace
