@@ -65,7 +65,6 @@ void BindSignal(py::module_& m) {
   m.def("reserve_s", &ReserveSeconds);
   m.def("signal_event_fd", &SignalEventFd);
   m.def("request_stop", &RequestStop);
-  m.def("request_checkpoint", &RequestCheckpoint);
   m.def("clear_signal_state", &ClearSignalState);
   m.def("signal_name", [](int signo) { return std::string(SignalName(signo)); }, py::arg("signo"));
   m.def("parse_signal_list", [](const std::string& text) {

@@ -340,7 +340,6 @@ void BindStore(py::module_& m) {
         else RaiseIfError(s);
         return steps;
       })
-      .def("cleanup_tmp", [](PyStore& self) { RaiseIfError(self.get().cleanup_tmp()); })
       .def("close", &PyStore::close)
       .def_static("verify", [](const std::string& dir) {
         VerifyResult v;

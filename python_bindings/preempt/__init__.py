@@ -24,13 +24,12 @@ from ._runtime import (CHECKPOINT, CONTINUE, EXIT_PREEMPTED, EXIT_STOP_FAILED, S
 from ._state import SaveHandle
 
 request_stop = _C.request_stop
-request_checkpoint = _C.request_checkpoint
 stop_requested = _C.stop_requested
 
 __all__ = [
     "Runtime", "Action", "CONTINUE", "CHECKPOINT", "STOP", "EXIT_PREEMPTED", "EXIT_STOP_FAILED",
     "save", "save_async", "load", "verify", "SaveHandle", "ResumableLoader", "ResumableSampler",
-    "request_stop", "request_checkpoint", "stop_requested",
+    "request_stop", "stop_requested",
     "Error", "InvalidArgumentError", "NotFoundError", "CorruptionError", "VersionMismatchError",
     "MismatchError", "IoError", "NoSpaceError", "DeadlineExceededError", "AbortedError",
     "UnavailableError", "InternalError",
