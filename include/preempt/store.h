@@ -132,6 +132,11 @@ struct RestoreTarget {
   DType dtype = DType::kBytes;
   std::vector<int64_t> shape;
   bool check_shape = true;  // false for kBytes blobs whose size is known but not their shape
+  // Read into RestoreResult::owned instead of `data`; the entry's size, dtype and shape are then
+  // the checkpoint's (the caller checks them). For entries whose size is not known beforehand.
+  bool owned = false;
+  // The checkpoint may lack this entry, even in a strict restore (not listed in `missing`).
+  bool optional = false;
 };
 
 struct RestoreOptions {
@@ -148,6 +153,7 @@ struct RestoreResult {
   std::vector<TensorInfo> tensors;                 // every entry of the checkpoint (this rank)
   std::map<std::string, AlignedBuffer> owned;      // entries read without a caller target
   std::vector<std::string> missing;                // non-strict: targets absent from the checkpoint
+  std::vector<std::string> unexpected;             // non-strict: checkpoint entries without a target
   std::vector<std::string> rejected;               // checkpoints skipped, "<path>: <reason>"
   double read_s = 0;
   uint64_t bytes = 0;

@@ -73,7 +73,6 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
   checkpoint_signals_seen_ = CheckpointRequestCount();
   torch::TrainingStateOptions so;
   so.staging_buffers = options_.staging_buffers;
-  so.when_busy = torch::WhenBusy::kWait;
   so.metadata = options_.metadata;
   state_ = std::make_unique<torch::TrainingState>(so);
   drains_.push_back(&work_drain_);
@@ -315,15 +314,15 @@ void Runtime::start_checkpoint(int64_t step, bool requested) {
   try {
     // kWait on every rank alike: a rank that skipped while the others saved would leave rank 0
     // waiting for a manifest that never comes.
-    p->handle = state_->checkpoint_async(*store_, step + 1, torch::WhenBusy::kWait, StopDeadline());
+    const torch::CheckpointResult started = state_->checkpoint_async(*store_, step + 1, torch::WhenBusy::kWait, StopDeadline());
+    p->handle = started.handle;
+    p->stall_s = started.snapshot.stall_s;
+    p->bytes = started.snapshot.bytes;
   } catch (const Error& e) {
     PREEMPT_LOG_ERROR("checkpoint at step %lld failed to start: %s", static_cast<long long>(step + 1), e.what());
     return;
   }
   if (!p->handle) return;
-  auto ts = state_->stats();
-  p->stall_s = ts.last_stall_s;
-  p->bytes = ts.last_bytes;
   if (rank() == 0 && requested) p->request_id = request_to_ack_;
   last_checkpoint_time_ = std::chrono::steady_clock::now();
   stats_.checkpoints_started++;
@@ -396,11 +395,14 @@ Action Runtime::stop_path(int64_t step, const StopDecision& d) {
   Status result = DrainAll(drains_, deadline);
   stats_.drain_s = SecondsSince(t0);
   std::shared_ptr<SaveHandle> handle;
+  uint64_t stop_bytes = 0;
   if (result.ok()) {
     try {
       // Training is over for this process: write straight from the live tensors (no staging copy).
-      handle = state_->checkpoint_in_place(*store_, step + 1, deadline);
-      stats_.stall_s = state_->stats().last_stall_s;
+      const torch::CheckpointResult started = state_->checkpoint_in_place(*store_, step + 1, deadline);
+      handle = started.handle;
+      stats_.stall_s = started.snapshot.stall_s;
+      stop_bytes = started.snapshot.bytes;
     } catch (const Error& e) {
       result = e.status().WithContext("stop snapshot");
     }
@@ -428,7 +430,7 @@ Action Runtime::stop_path(int64_t step, const StopDecision& d) {
     stats_.stop_committed = true;
     stats_.checkpoints_committed++;
     stats_.last_commit_step = step + 1;
-    costs_.Add({state_->stats().last_bytes, stats_.drain_s, stats_.stall_s, stats_.persist_s});
+    costs_.Add({stop_bytes, stats_.drain_s, stats_.stall_s, stats_.persist_s});
     if (rank() == 0) hints_.last_commit = {step + 1, NowUnix(), handle->path()};
     PREEMPT_LOG_INFO("stop checkpoint step %lld committed: drain %.3f s, stall %.3f s, persist+commit %.3f s; "
                      "%.3f s after the signal, %.2f s before the deadline",

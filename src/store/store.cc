@@ -544,6 +544,12 @@ Status Store::Impl::restore(const std::vector<RestoreTarget>& targets, const Res
         }
         const RestoreTarget& tg = *it->second;
         by_name.erase(it);
+        if (tg.owned) {
+          auto& buf = r.owned[t.name];
+          buf = AlignedBuffer(t.nbytes, /*prefault=*/false);
+          dest.push_back({&t, buf.data()});
+          continue;
+        }
         if (tg.nbytes != t.nbytes || tg.dtype != t.dtype || (tg.check_shape && tg.shape != t.shape)) {
           auto desc = [](DType d, const std::vector<int64_t>& sh, uint64_t n) {
             std::string s = std::string(DTypeName(d)) + "[";
@@ -558,7 +564,8 @@ Status Store::Impl::restore(const std::vector<RestoreTarget>& targets, const Res
         dest.push_back({&t, static_cast<uint8_t*>(tg.data)});
       }
       std::vector<std::string> missing;
-      for (auto& [name, tg] : by_name) missing.push_back(name);
+      for (auto& [name, tg] : by_name)
+        if (!tg->optional) missing.push_back(name);
       if (opts.strict && (!untargeted.empty() || !missing.empty())) {
         std::string msg = dir + ": strict restore: ";
         auto join = [](const std::vector<std::string>& v) {
@@ -583,6 +590,7 @@ Status Store::Impl::restore(const std::vector<RestoreTarget>& targets, const Res
       }
       std::sort(dest.begin(), dest.end(), [](auto& a, auto& b) { return a.info->offset < b.info->offset; });
       r.missing = std::move(missing);
+      r.unexpected = std::move(untargeted);
 
       // Read every chunk (checksums cover all of them), scatter the overlapping bytes.
       std::unique_lock<std::mutex> engine_lock(restore_engine_mu_, std::try_to_lock);
