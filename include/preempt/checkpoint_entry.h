@@ -37,6 +37,11 @@ struct RestoreTarget {
   void* data = nullptr;
   size_t nbytes = 0;
   bool check_shape = true;  // false for kBytes blobs whose size is known but not their shape
+  // Read into RestoreResult::owned instead of `data`; the entry's size, dtype and shape are then
+  // the checkpoint's (the caller checks them). For entries whose size is not known beforehand.
+  bool owned = false;
+  // The checkpoint may lack this entry, even in a strict restore (not listed in `missing`).
+  bool optional = false;
 };
 
 // One entry as recorded in a rank's manifest.

@@ -248,6 +248,7 @@ class Runtime {
   Hints hints_;
   RuntimeStats stats_;
   uint64_t checkpoint_signals_seen_ = 0;
+  uint64_t stop_bytes_ = 0;  // bytes of the stop checkpoint's snapshot
   int64_t request_to_ack_ = 0;
   int64_t record_request_ack_ = 0;  // the request a snapshot being taken fulfils (saved with it)
   Deadline stop_deadline_ = Deadline::Never();  // the stop path's deadline, once stopped

@@ -146,6 +146,7 @@ struct RestoreResult {
   std::vector<TensorInfo> tensors;                 // every entry of the checkpoint (this rank)
   std::map<std::string, AlignedBuffer> owned;      // entries read without a caller target
   std::vector<std::string> missing;                // non-strict: targets absent from the checkpoint
+  std::vector<std::string> unexpected;             // non-strict: checkpoint entries without a target
   std::vector<std::string> rejected;               // checkpoints skipped, "<path>: <reason>"
   double read_s = 0;
   uint64_t bytes = 0;

@@ -39,9 +39,6 @@ Status CheckOptions(const RuntimeOptions& o) {
   if (o.store.rank != 0 || o.store.world_size != 1) {
     return bad("store.rank/world_size", "leave them at 0/1; they come from the process group");
   }
-  if (o.state.every_steps != 0 || o.state.every_seconds != 0) {
-    return bad("state.every_steps/every_seconds", "must stay 0; RuntimeOptions.every_steps/every_seconds schedule checkpoints");
-  }
   if (o.state.staging_buffers < 1 || o.state.staging_buffers > 2) return bad("state.staging_buffers", "must be 1 or 2");
   if (!(o.grace_margin >= 1)) return bad("grace_margin", "must be >= 1");
   if (o.preemptions_per_hour < 0) return bad("preemptions_per_hour", "must be >= 0 (0: off)");
@@ -102,7 +99,6 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
   }
   checkpoint_signals_seen_ = CheckpointRequestCount();
   torch::TrainingStateOptions so = options_.state;
-  so.when_busy = torch::WhenBusy::kWait;  // every rank saves at the same steps (see start_checkpoint)
   state_ = std::make_unique<torch::TrainingState>(so);
   track_runtime_record();
   drains_.push_back(&work_drain_);
@@ -286,15 +282,16 @@ void Runtime::start_checkpoint(int64_t step, bool requested) {
   try {
     // kWait on every rank alike: a rank that skipped while the others saved would leave rank 0
     // waiting for a manifest that never comes.
-    p->handle = state_->checkpoint_async(*store_, p->step, torch::WhenBusy::kWait, StopDeadline());
+    const torch::CheckpointResult started =
+        state_->checkpoint_async(*store_, p->step, torch::WhenBusy::kWait, StopDeadline());
+    p->handle = started.handle;
+    p->stall_s = started.snapshot.stall_s;
+    p->bytes = started.snapshot.bytes;
   } catch (const Error& e) {
     PREEMPT_LOG_ERROR("checkpoint step %lld failed to start: %s", static_cast<long long>(p->step), e.what());
     return;
   }
   if (!p->handle) return;
-  auto ts = state_->stats();
-  p->stall_s = ts.last_stall_s;
-  p->bytes = ts.last_bytes;
   last_checkpoint_time_ = std::chrono::steady_clock::now();
   stats_.checkpoints_started++;
   pending_.push_back(std::move(p));

@@ -62,7 +62,7 @@ Action Runtime::stop_path(int64_t step, const StopDecision& d) {
   reap(true, SettleDeadline(stop_deadline_, grace_));
   if (committed) {
     stats_.stop_committed = true;
-    costs_.Add({state_->stats().last_bytes, stats_.drain_s, stats_.stall_s, stats_.persist_s});
+    costs_.Add({stop_bytes_, stats_.drain_s, stats_.stall_s, stats_.persist_s});
     note_commit(ckpt_step, handle ? handle->path() : options_.dir + "/" + StepDirName(ckpt_step));
     if (!result.ok()) PREEMPT_LOG_WARN("stop checkpoint step %lld: %s (it committed nevertheless)",
                                        static_cast<long long>(ckpt_step), result.ToString().c_str());
@@ -89,8 +89,10 @@ Status Runtime::write_stop_checkpoint(int64_t ckpt_step, std::shared_ptr<SaveHan
   stats_.drain_s = SecondsSince(t0);
   if (!st.ok()) return st;
   try {
-    *handle = state_->checkpoint_in_place(*store_, ckpt_step, stop_deadline_);
-    stats_.stall_s = state_->stats().last_stall_s;
+    const torch::CheckpointResult started = state_->checkpoint_in_place(*store_, ckpt_step, stop_deadline_);
+    *handle = started.handle;
+    stats_.stall_s = started.snapshot.stall_s;
+    stop_bytes_ = started.snapshot.bytes;
   } catch (const Error& e) {
     return e.status().WithContext("stop snapshot");
   }

@@ -52,6 +52,12 @@ Status MatchTargets(const std::string& dir, const Manifest& m, const std::vector
     }
     const RestoreTarget& tg = *it->second;
     by_name.erase(it);
+    if (tg.owned) {
+      auto& buf = r->owned[t.name];
+      buf = AlignedBuffer(t.nbytes, /*prefault=*/false);
+      dest->push_back({&t, buf.data()});
+      continue;
+    }
     if (tg.nbytes != t.nbytes || tg.dtype != t.dtype || (tg.check_shape && tg.shape != t.shape)) {
       return Status(StatusCode::kMismatch, dir + ": tensor " + t.name + ": checkpoint has " +
                                                Describe(t.dtype, t.shape, t.nbytes) + ", target is " +
@@ -63,10 +69,12 @@ Status MatchTargets(const std::string& dir, const Manifest& m, const std::vector
     dest->push_back({&t, static_cast<uint8_t*>(tg.data)});
   }
   std::vector<std::string> missing;
-  for (auto& [name, tg] : by_name) missing.push_back(name);
+  for (auto& [name, tg] : by_name) {
+    if (!tg->optional) missing.push_back(name);
+  }
+  std::vector<std::string> unexpected;
+  for (const auto* t : untargeted) unexpected.push_back(t->name);
   if (opts.strict && (!untargeted.empty() || !missing.empty())) {
-    std::vector<std::string> unexpected;
-    for (const auto* t : untargeted) unexpected.push_back(t->name);
     std::string msg = dir + ": strict restore: ";
     if (!missing.empty()) msg += "missing in checkpoint: " + JoinNames(missing);
     if (!unexpected.empty()) msg += std::string(missing.empty() ? "" : "; ") + "unexpected in checkpoint: " + JoinNames(unexpected);
@@ -81,6 +89,7 @@ Status MatchTargets(const std::string& dir, const Manifest& m, const std::vector
   }
   std::sort(dest->begin(), dest->end(), [](auto& a, auto& b) { return a.info->offset < b.info->offset; });
   r->missing = std::move(missing);
+  r->unexpected = std::move(unexpected);
   return Status::OK();
 }
 

@@ -81,6 +81,13 @@ preempt::StoreOptions StoreAt(const std::string& dir) {
   return o;
 }
 
+pt::TrainingStateOptions OneBufferNoRng() {
+  pt::TrainingStateOptions o;
+  o.staging_buffers = 1;
+  o.capture_rng = false;
+  return o;
+}
+
 class OptimizerRoundTrip : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OptimizerRoundTrip, ResumedTrainingIsBitwiseEqual) {
@@ -96,7 +103,7 @@ TEST_P(OptimizerRoundTrip, ResumedTrainingIsBitwiseEqual) {
   pt::TrainingState state;
   state.track("model", net);
   state.track("optim", *opt);
-  auto h = state.checkpoint_async(store, 3);
+  auto h = state.checkpoint_async(store, 3).handle;
   ASSERT_TRUE(h);
   ASSERT_TRUE(h->wait().ok()) << h->status().ToString();
   TrainSteps(net, *opt, 2);
@@ -144,7 +151,7 @@ TEST(TrainingState, OptimizerStateTensorsComeBackExactly) {
   pt::TrainingState a;
   a.track("model", net);
   a.track("optim", opt);
-  ASSERT_TRUE(a.checkpoint_async(store, 4)->wait().ok());
+  ASSERT_TRUE(a.checkpoint_async(store, 4).handle->wait().ok());
 
   Net net2;
   torch::optim::Adam opt2(net2->parameters(), torch::optim::AdamOptions(1e-3));
@@ -176,7 +183,10 @@ TEST(TrainingState, CheckpointInPlaceRoundTrips) {
   pt::TrainingState a;
   a.track("model", net);
   a.track("optim", opt);
-  auto h = a.checkpoint_in_place(store, 3);
+  pt::CheckpointResult c = a.checkpoint_in_place(store, 3);
+  EXPECT_TRUE(c.snapshot.in_place);
+  EXPECT_EQ(c.snapshot.bytes, a.state_bytes());
+  auto h = c.handle;
   ASSERT_TRUE(h);
   ASSERT_TRUE(h->wait().ok()) << h->status().ToString();
   EXPECT_EQ(a.stats().staging_bytes, 0u) << "no staging was allocated";
@@ -199,7 +209,7 @@ TEST(TrainingState, ShapeMismatchNamesTheTensor) {
   Net net(16);
   pt::TrainingState a;
   a.track("model", net);
-  ASSERT_TRUE(a.checkpoint_async(store, 1)->wait().ok());
+  ASSERT_TRUE(a.checkpoint_async(store, 1).handle->wait().ok());
 
   Net wider(17);
   pt::TrainingState b;
@@ -220,7 +230,7 @@ TEST(TrainingState, StrictAndNonStrict) {
   pt::TrainingState a;
   a.track("model", net);
   a.track_extra("counter", counter);
-  ASSERT_TRUE(a.checkpoint_async(store, 1)->wait().ok());
+  ASSERT_TRUE(a.checkpoint_async(store, 1).handle->wait().ok());
 
   // Extra entry in the checkpoint.
   Net net2;
@@ -263,7 +273,7 @@ TEST(TrainingState, RngAndDropoutStreamResume) {
   torch::manual_seed(7);
   (void)torch::randn({5});
   pt::TrainingState s;
-  ASSERT_TRUE(s.checkpoint_async(store, 1)->wait().ok());
+  ASSERT_TRUE(s.checkpoint_async(store, 1).handle->wait().ok());
   auto a = torch::randn({100});
   auto d = torch::dropout(torch::ones({64}), 0.5, true);
   torch::manual_seed(12345);
@@ -298,7 +308,7 @@ void CheckSamplerResumes(Make make, bool distributed) {
   Draw(s, 3, 7);
   pt::TrainingState a;
   a.track("sampler", s);
-  ASSERT_TRUE(a.checkpoint_async(store, 3)->wait().ok());
+  ASSERT_TRUE(a.checkpoint_async(store, 3).handle->wait().ok());
   auto want = Draw(s, 25, 7);  // crosses an epoch boundary
 
   torch::manual_seed(6);
@@ -334,7 +344,7 @@ TEST(TrainingState, CerealExtrasAndCursor) {
   pt::TrainingState a;
   a.track_extra("sched", sched);
   a.track("cursor", cur);
-  ASSERT_TRUE(a.checkpoint_async(store, 9)->wait().ok());
+  ASSERT_TRUE(a.checkpoint_async(store, 9).handle->wait().ok());
   Schedule s2;
   pt::DataCursor c2;
   pt::TrainingState b;
@@ -373,7 +383,7 @@ TEST(TrainingState, StagingIsolatesAndIsReused) {
   std::vector<std::shared_ptr<preempt::SaveHandle>> hs;
   for (int step = 1; step <= 3; ++step) {
     w.fill_(static_cast<float>(step));
-    hs.push_back(s.checkpoint_async(store, step, pt::WhenBusy::kWait));
+    hs.push_back(s.checkpoint_async(store, step, pt::WhenBusy::kWait).handle);
     w.fill_(-1.0f);  // training goes on while the save persists
   }
   for (auto& h : hs) ASSERT_TRUE(h->wait().ok()) << h->status().ToString();
@@ -389,42 +399,159 @@ TEST(TrainingState, StagingIsolatesAndIsReused) {
   // kSkip never blocks: either a buffer was free or the checkpoint is counted as skipped.
   pt::TrainingStateOptions o2;
   o2.staging_buffers = 1;
-  o2.every_steps = 1;
   pt::TrainingState s2(o2);
   s2.track("m", m);
   int started = 0;
-  for (int step = 10; step < 14; ++step) started += s2.maybe_checkpoint(store, step) ? 1 : 0;
+  for (int step = 10; step < 14; ++step) {
+    pt::CheckpointResult c = s2.checkpoint_async(store, step, pt::WhenBusy::kSkip);
+    EXPECT_EQ(c.snapshot.skipped, c.handle == nullptr);
+    started += c.handle ? 1 : 0;
+  }
   ASSERT_TRUE(s2.wait_all().ok());
   EXPECT_EQ(started + s2.stats().skipped, 4);
   EXPECT_GE(started, 1);
 }
 
-TEST(TrainingState, PeriodicPolicy) {
-  pt::TrainingStateOptions o;
-  o.every_steps = 5;
-  pt::TrainingState s(o);
-  EXPECT_FALSE(s.checkpoint_due(0));
-  EXPECT_FALSE(s.checkpoint_due(4));
-  EXPECT_TRUE(s.checkpoint_due(5));
-  EXPECT_TRUE(s.checkpoint_due(10));
+// A StepLR schedule resumed from a checkpoint decays at the same steps as one never stopped: the
+// scheduler's step count comes back with the optimizer's learning rates.
+std::vector<double> TrainWithSchedule(Net& net, torch::optim::Optimizer& opt, torch::optim::StepLR& sched, int n) {
+  std::vector<double> lrs;
+  for (int i = 0; i < n; ++i) {
+    TrainSteps(net, opt, 1);
+    sched.step();
+    lrs.push_back(Lr(opt));
+  }
+  return lrs;
+}
 
-  // Time trigger: the clock starts at the first maybe_checkpoint (or restore / checkpoint).
+TEST(TrainingState, StepLrScheduleResumesExactly) {
   TempDir dir;
   preempt::Store store(StoreAt(dir.path()));
+  torch::manual_seed(11);
+  Net net;
+  torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(0.1));
+  torch::optim::StepLR sched(opt, /*step_size=*/3, /*gamma=*/0.5);
+  pt::TrainingState a;
+  a.track("model", net);
+  a.track("optim", opt);
+  a.track("lr", sched);
+  TrainWithSchedule(net, opt, sched, 5);  // lr halved once, at the 3rd step
+  ASSERT_TRUE(a.checkpoint_async(store, 5).handle->wait().ok());
+  const std::vector<double> want_lrs = TrainWithSchedule(net, opt, sched, 8);
+  const std::vector<at::Tensor> want = Snapshot(net, opt);
+
+  auto resume = [&](bool track_scheduler) {
+    torch::manual_seed(99);
+    Net net2;
+    torch::optim::Adam opt2(net2->parameters(), torch::optim::AdamOptions(0.1));
+    torch::optim::StepLR sched2(opt2, 3, 0.5);
+    pt::TrainingState b;
+    b.track("model", net2);
+    b.track("optim", opt2);
+    if (track_scheduler) b.track("lr", sched2);
+    preempt::RestoreOptions lax;
+    lax.strict = track_scheduler;  // without the scheduler the "lr" entry is ignored
+    EXPECT_EQ(*b.restore(store, lax), 5);
+    std::vector<double> lrs = TrainWithSchedule(net2, opt2, sched2, 8);
+    return std::make_pair(lrs, Snapshot(net2, opt2));
+  };
+  auto [lrs, got] = resume(true);
+  EXPECT_EQ(lrs, want_lrs);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(BitEqual(got[i], want[i])) << i;
+
+  // The control: a scheduler that restarts counting decays at the wrong steps.
+  EXPECT_NE(resume(false).first, want_lrs);
+}
+
+// The learning rates live in the optimizer; a scheduler restored without it is refused.
+TEST(TrainingState, LrSchedulerWithoutItsOptimizerIsRefused) {
+  TempDir dir;
+  preempt::Store store(StoreAt(dir.path()));
+  Net net;
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1));
+  torch::optim::StepLR sched(opt, 1, 0.5);
+  for (int i = 0; i < 2; ++i) sched.step();  // lr 0.1 -> 0.05
+  pt::TrainingState a(OneBufferNoRng());
+  a.track("lr", sched);
+  ASSERT_TRUE(a.checkpoint_async(store, 2).handle->wait().ok());
+
+  torch::optim::SGD opt2(net->parameters(), torch::optim::SGDOptions(0.1));
+  torch::optim::StepLR sched2(opt2, 1, 0.5);
+  pt::TrainingState b(OneBufferNoRng());
+  b.track("lr", sched2);
+  try {
+    b.restore(store);
+    FAIL() << "a scheduler whose optimizer was not restored was accepted";
+  } catch (const preempt::Error& e) {
+    EXPECT_EQ(e.code(), preempt::StatusCode::kMismatch);
+    EXPECT_NE(std::string(e.what()).find("LR scheduler 'lr'"), std::string::npos) << e.what();
+  }
+}
+
+// The extension point: a kind written outside the library is checkpointed and restored like the
+// built-in ones, strictness included.
+class TrackedCounter : public pt::Tracked {
+ public:
+  TrackedCounter(std::string name, int64_t& value) : Tracked(std::move(name)), value_(value) {}
+  void collect(std::vector<pt::Entry>* out) override {
+    out->push_back(pt::Entry::Blob(entry("value"), pt::ToCerealBytes(value_)));
+  }
+  void expect(std::vector<preempt::RestoreTarget>* out) override { pt::ExpectOwned(out, entry("value")); }
+  void apply(pt::RestoreContext& ctx) override {
+    if (ctx.has(entry("value"))) pt::FromCerealBytes(ctx.take_blob(entry("value")), entry("value"), &value_);
+  }
+
+ private:
+  int64_t& value_;
+};
+
+TEST(TrainingState, CustomTrackedKind) {
+  TempDir dir;
+  preempt::Store store(StoreAt(dir.path()));
+  int64_t v = 1234;
+  pt::TrainingState a;
+  a.track(std::make_unique<TrackedCounter>("counter", v));
+  EXPECT_EQ(a.entry_names(), (std::vector<std::string>{"counter:value", "rng:cpu"}));
+  ASSERT_TRUE(a.checkpoint_async(store, 1).handle->wait().ok());
+  int64_t w = 0;
+  pt::TrainingState b;
+  b.track(std::make_unique<TrackedCounter>("counter", w));
+  ASSERT_EQ(*b.restore(store), 1);
+  EXPECT_EQ(w, 1234);
+  pt::TrainingState c;  // does not track the counter: strict restore refuses the checkpoint
+  EXPECT_THROW(c.restore(store), preempt::Error);
+}
+
+TEST(TrainingState, UnsupportedOptimizerIsRefusedAtTrack) {
+  Net net;
+  torch::optim::LBFGS opt(net->parameters());
+  pt::TrainingState s;
+  try {
+    s.track("optim", opt);
+    FAIL() << "LBFGS was accepted";
+  } catch (const preempt::Error& e) {
+    EXPECT_EQ(e.code(), preempt::StatusCode::kInvalidArgument);
+  }
+}
+
+// snapshot() says what it did: bytes and entries of the layout, allocation only the first time.
+TEST(TrainingState, SnapshotReportsWhatItDid) {
   torch::nn::Module m;
-  m.register_buffer("w", torch::ones({4}));
-  pt::TrainingStateOptions t;
-  t.every_seconds = 0.2;
-  pt::TrainingState ts(t);
-  ts.track("m", m);
-  EXPECT_EQ(ts.maybe_checkpoint(store, 1), nullptr);
-  EXPECT_FALSE(ts.checkpoint_due(2));
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  EXPECT_TRUE(ts.checkpoint_due(3));
-  auto h = ts.maybe_checkpoint(store, 3);
-  ASSERT_NE(h, nullptr);
-  ASSERT_TRUE(h->wait().ok());
-  EXPECT_FALSE(ts.checkpoint_due(4));
+  m.register_buffer("w", torch::ones({1000}));
+  pt::TrainingState s(OneBufferNoRng());
+  s.track("m", m);
+  pt::SnapshotResult first = s.snapshot(1);
+  EXPECT_FALSE(first.skipped);
+  EXPECT_FALSE(first.in_place);
+  EXPECT_EQ(first.step, 1);
+  EXPECT_EQ(first.bytes, 4000u);
+  EXPECT_EQ(first.bytes, s.state_bytes());
+  EXPECT_EQ(first.entries, 1u);
+  EXPECT_GT(s.stats().staging_bytes, 0u);
+  pt::SnapshotResult second = s.snapshot(2);
+  EXPECT_EQ(second.alloc_s, 0.0) << "warm staging is not reallocated";
+  EXPECT_EQ(s.stats().snapshots, 2);
 }
 
 TEST(TrainingState, RejectsBadNames) {
