@@ -8,8 +8,10 @@
 #   scripts/slurm/cluster.sh check             # exit 0 when root and the SLURM/munge binaries exist
 #
 # The node has GPUS (default 4) fake GPUs (`gres.conf`: AutoDetect=off, one empty file per GPU)
-# and two partitions sharing it: `low` (PriorityTier=1, PreemptMode=REQUEUE, GraceTime=$GRACE_S,
-# default 20) and `high` (PriorityTier=10, never preempted); PreemptType=preempt/partition_prio.
+# and three partitions sharing it: `low` (PriorityTier=1, PreemptMode=REQUEUE, GraceTime=$GRACE_S,
+# default 20: SLURM preempts it), `advised` (PriorityTier=1, PreemptMode=OFF: only the scheduler
+# backend preempts it, with `scontrol requeue`) and `high` (PriorityTier=10);
+# PreemptType=preempt/partition_prio.
 # Ports: $SLURM_TEST_PORT (slurmctld, default 16817) and the next one (slurmd).
 # `up` stops whatever it started when a step fails; callers trap `down` for the rest.
 set -euo pipefail
@@ -102,6 +104,7 @@ InactiveLimit=0
 MessageTimeout=10
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem Gres=gpu:$gpus State=UNKNOWN
 PartitionName=low Nodes=$host Default=YES PriorityTier=1 PreemptMode=REQUEUE GraceTime=$grace MaxTime=INFINITE State=UP OverSubscribe=NO
+PartitionName=advised Nodes=$host PriorityTier=1 PreemptMode=OFF MaxTime=INFINITE State=UP OverSubscribe=NO
 PartitionName=high Nodes=$host PriorityTier=10 MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
   {
