@@ -12,8 +12,12 @@
 // is one of the "requeue signals" (PREEMPT_SLURM_REQUEUE_ON, default USR1; "none" turns it off),
 // the stop checkpoint committed, and this is rank 0 of a SLURM job, Runtime::exit_code() runs
 // `scontrol requeue <job>` (PREEMPT_SCONTROL, default "scontrol"), so the job goes back to the
-// queue and its next run resumes from the commit. SIGTERM (preemption) is not a requeue signal
-// by default: with PreemptMode=REQUEUE SLURM requeues the job itself.
+// queue and its next run resumes from the commit. SIGTERM is not a requeue signal by
+// default (`scancel` sends it too). SLURM requeues preempted jobs itself, but with PreemptMode=REQUEUE and GraceTime SLURM (22.05) requeues a preempted job only
+// when it is still running at the end of the grace; a job that saved and exited inside it would
+// end as COMPLETED. So after SIGTERM, when `scontrol show job` shows a PreemptTime (the job is
+// being preempted, not cancelled), rank 0 requeues the job too (PREEMPT_SLURM_REQUEUE_PREEMPTED=0
+// turns this off).
 //
 // Thread-safety: the functions share no state; RunCommand forks (call it from one thread, not
 // from a signal handler).
@@ -49,6 +53,9 @@ Status ReadSlurmTask(const EnvLookup& env, SlurmTask* out);
 struct SlurmRequeueOptions {
   std::vector<int> signals;          // stop signals after which the job requeues itself
   std::string scontrol = "scontrol"; // the command (a path, or a name looked up in PATH)
+  // After SIGTERM, requeue when SLURM is preempting the job (its PreemptTime is set): SLURM
+  // requeues a preempted job only if it is still running when GraceTime ends.
+  bool requeue_preempted = true;     // env PREEMPT_SLURM_REQUEUE_PREEMPTED (0/1)
   double timeout_s = 20;             // `scontrol requeue` is killed past this
 };
 // From PREEMPT_SLURM_REQUEUE_ON ("USR1" default, "TERM,USR1", "none") and PREEMPT_SCONTROL.

@@ -78,6 +78,12 @@ Status ReadSlurmRequeueOptions(const EnvLookup& env, SlurmRequeueOptions* out) {
     if (!st.ok()) return st.WithContext("environment PREEMPT_SLURM_REQUEUE_ON");
   }
   if (const char* s = env("PREEMPT_SCONTROL"); s && *s) o.scontrol = s;
+  if (const char* s = env("PREEMPT_SLURM_REQUEUE_PREEMPTED"); s && *s) {
+    std::string v = s;
+    if (v != "0" && v != "1")
+      return Status(StatusCode::kInvalidArgument, "environment PREEMPT_SLURM_REQUEUE_PREEMPTED: '" + v + "' is not 0 or 1");
+    o.requeue_preempted = v == "1";
+  }
   *out = o;
   return Status::OK();
 }
@@ -98,10 +104,18 @@ SelfRequeue RequeueAfterStop(const SlurmTask& task, const SlurmRequeueOptions& o
                              bool committed, Status* error) {
   if (!task.in_slurm) return SelfRequeue::kNotSlurm;
   if (task.rank != 0) return SelfRequeue::kNotRankZero;
-  if (std::find(opt.signals.begin(), opt.signals.end(), stop_signal) == opt.signals.end())
-    return SelfRequeue::kOtherSignal;
-  if (!committed) return SelfRequeue::kNotCommitted;
   std::string out;
+  bool requeue_signal = std::find(opt.signals.begin(), opt.signals.end(), stop_signal) != opt.signals.end();
+  if (!requeue_signal && stop_signal == SIGTERM && opt.requeue_preempted) {
+    // SLURM (22.05) requeues a preempted job only when it is still running at the end of
+    // GraceTime; one that saved and exited inside the grace would end as COMPLETED. A job being
+    // preempted shows a PreemptTime; a plain `scancel` does not, and is never requeued here.
+    if (RunCommand({opt.scontrol, "show", "job", task.job_id}, opt.timeout_s, &out).ok() &&
+        out.find("PreemptTime=") != std::string::npos && out.find("PreemptTime=None") == std::string::npos)
+      requeue_signal = true;
+  }
+  if (!requeue_signal) return SelfRequeue::kOtherSignal;
+  if (!committed) return SelfRequeue::kNotCommitted;
   Status st = RunCommand({opt.scontrol, "requeue", task.job_id}, opt.timeout_s, &out);
   if (!st.ok()) {
     if (error) *error = st;
