@@ -4,7 +4,8 @@ set -euo pipefail
 PKGS=(cmake g++ clang libclang-rt-14-dev pkg-config make
       libtorch-dev libgloo-dev liburing-dev libcereal-dev rapidjson-dev libxxhash-dev
       libgtest-dev libgmock-dev libbenchmark-dev pybind11-dev python3-torch python3-pytest
-      python3-matplotlib fio)
+      python3-matplotlib fio
+      slurm-wlm munge)  # the SLURM tests (tests/slurm) run a private cluster from these
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

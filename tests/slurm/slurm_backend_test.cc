@@ -22,6 +22,7 @@ TEST(SlurmBackend, HighJobTakesTheVictimThatLosesLessAfterItsCheckpointCommits) 
                                           " --steps 100000 --sleep-ms 50 --every " + every + " --hints " + dir.path() +
                                           "/$SLURM_JOB_ID.hints.json\n");
   };
+  Sh("mkdir -p " + (dir / "often") + " " + (dir / "never"));  // progress files before any checkpoint
   script("often", "20");
   script("never", "0");
   std::string often = Sbatch("-p advised --gres=gpu:2 -o " + (dir / "often.out"), dir / "often.sh");
