@@ -29,14 +29,15 @@ TEST(SlurmBackend, HighJobTakesTheVictimThatLosesLessAfterItsCheckpointCommits) 
   std::string never = Sbatch("-p advised --gres=gpu:2 -o " + (dir / "never.out"), dir / "never.sh");
   ASSERT_FALSE(often.empty());
   ASSERT_FALSE(never.empty());
-  ASSERT_TRUE(WaitFor(60, [&] {
-    return ReadInt(dir / "often/.rank0.progress") >= 60 && ReadInt(dir / "never/.rank0.progress") >= 60;
+  ASSERT_TRUE(WaitFor(90, [&] {
+    // ~15 s of training: `never` has all of it uncommitted, `often` at most 20 steps.
+    return ReadInt(dir / "often/.rank0.progress") >= 300 && ReadInt(dir / "never/.rank0.progress") >= 300;
   })) << JobState(often) << " " << JobState(never);
   std::string high = Sbatch("-p high --gres=gpu:2 -o /dev/null --wrap 'sleep 1'", "");
   ASSERT_FALSE(high.empty());
   const std::string policy =
       "{\"min_runtime_s\":0,\"cooldown_s\":0,\"sigterm_save\":false,\"kill_now_max_lost_s\":0,"
-      "\"kill_when_cheaper\":false,\"reserved_headroom\":0}";
+      "\"kill_when_cheaper\":false,\"reserved_headroom\":0,\"restore_s\":1}";
   std::string plan = Sh(BinaryDir() + "/src/slurm/preempt-slurm-sched plan --partitions advised,high --hints-dir " +
                         dir.path() + " --policy-json '" + policy + "' 2>&1");
   EXPECT_NE(plan.find(often), std::string::npos) << plan;
