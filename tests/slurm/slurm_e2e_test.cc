@@ -99,20 +99,21 @@ TEST_F(SlurmE2E, PreemptedLowJobCommitsInsideGraceTimeIsRequeuedAndResumesBitwis
   ExpectSameAsReference(out, ref_out, dir_ / "loss", dir_ / "ref.loss");
 }
 
-// Wall-time limit: --signal=B:USR1@45 with a one-minute limit; the runtime stops on SIGUSR1,
-// commits and runs `scontrol requeue` itself; the next run resumes. SLURM checks signal times
-// periodically, so the signal comes 15 to ~45 s into a run; a run may be stopped more than once.
+// Wall-time limit: --signal=B:USR1@90 with a two-minute limit; the runtime stops on SIGUSR1,
+// commits and runs `scontrol requeue` itself; the next run resumes. The signal comes about 30 s
+// into a run (SLURM checks signal times periodically), after the trainer installed its handlers
+// even on a loaded machine; a run may be stopped more than once.
 TEST_F(SlurmE2E, WallTimeSignalCheckpointsAndRequeuesTheJobItself) {
   const std::string args = "--steps 900 --every 300";
   std::string ref_out = Reference(args, 1, dir_ / "ref.loss");
   WriteScript(dir_ / "walltime.sh",
               "#!/bin/bash\nexport PREEMPT_STOP_SIGNALS=TERM,USR1 PREEMPT_GRACE_S=40\nexec " + Trainer() +
                   " --dir " + (dir_ / "ckpt") + " " + args + " --sleep-ms 50 --loss-log " + (dir_ / "loss") + "\n");
-  std::string id = Sbatch("-p low --gres=gpu:1 --time=1 --signal=B:USR1@45 --open-mode=append -o " +
+  std::string id = Sbatch("-p low --gres=gpu:1 --time=2 --signal=B:USR1@90 --open-mode=append -o " +
                               (dir_ / "walltime.out"),
                           dir_ / "walltime.sh");
   ASSERT_FALSE(id.empty());
-  ASSERT_TRUE(WaitFor(100, [&] { return JobRestarts(id) >= 1; })) << "no self-requeue: " << JobState(id);
+  ASSERT_TRUE(WaitFor(150, [&] { return JobRestarts(id) >= 1; })) << "no self-requeue: " << JobState(id);
   for (int i = 0; i < 3 && JobState(id) != "COMPLETED"; ++i) {
     ReleaseWhenPending(id);
     WaitFor(30, [&] { return JobState(id) != "PENDING"; });
