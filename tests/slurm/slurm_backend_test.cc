@@ -25,7 +25,7 @@ TEST(SlurmBackend, HighJobTakesTheVictimThatLosesLessAfterItsCheckpointCommits) 
   Sh("mkdir -p " + (dir / "often") + " " + (dir / "never"));  // progress files before any checkpoint
   script("often", "20");
   script("never", "0");
-  std::string often = Sbatch("-p advised --gres=gpu:2 -o " + (dir / "often.out"), dir / "often.sh");
+  std::string often = Sbatch("-p advised --gres=gpu:2 --open-mode=append -o " + (dir / "often.out"), dir / "often.sh");
   std::string never = Sbatch("-p advised --gres=gpu:2 -o " + (dir / "never.out"), dir / "never.sh");
   ASSERT_FALSE(often.empty());
   ASSERT_FALSE(never.empty());
