@@ -107,7 +107,10 @@ TEST_F(SlurmE2E, WallTimeSignalCheckpointsAndRequeuesTheJobItself) {
   const std::string args = "--steps 900 --every 300";
   std::string ref_out = Reference(args, 1, dir_ / "ref.loss");
   WriteScript(dir_ / "walltime.sh",
-              "#!/bin/bash\nexport PREEMPT_STOP_SIGNALS=TERM,USR1 PREEMPT_GRACE_S=40\nexec " + Trainer() +
+              "#!/bin/bash\nexport PREEMPT_STOP_SIGNALS=TERM,USR1 PREEMPT_GRACE_S=40\n"
+                  // SLURM may deliver --signal right as a requeued run starts; ignored until the
+                  // runtime installs its handler (it replaces SIG_IGN).
+                  "trap '' USR1\nexec " + Trainer() +
                   " --dir " + (dir_ / "ckpt") + " " + args + " --sleep-ms 50 --loss-log " + (dir_ / "loss") + "\n");
   std::string id = Sbatch("-p low --gres=gpu:1 --time=2 --signal=B:USR1@90 --open-mode=append -o " +
                               (dir_ / "walltime.out"),
