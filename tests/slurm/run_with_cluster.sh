@@ -30,6 +30,8 @@ if ! SLURM_TEST_PORT=$port GRACE_S=${GRACE_S:-20} "$cluster" up "$dir" >"$dir.up
 fi
 rm -f "$dir.up.log"
 export SLURM_CONF=$dir/etc/slurm.conf
-"$@"
+# Bounded here, below ctest's TIMEOUT, so that a hung test still reaches the cleanup above
+# (ctest kills a test past its TIMEOUT without a chance to trap).
+timeout --kill-after=10 "${PREEMPT_SLURM_TEST_TIMEOUT_S:-600}" "$@"
 rc=$?
 exit $rc
