@@ -10,6 +10,7 @@
 
 #include "preempt/log.h"
 #include "runtime/internal.h"
+#include "preempt/slurm_env.h"
 
 namespace preempt {
 
@@ -354,6 +355,8 @@ int Runtime::exit_code() {
     publish(JobState::kStopped);
     return 0;
   }
+  // Under SLURM, a wall-time stop (--signal=USR1@N) requeues the job so its next run resumes.
+  if (rank() == 0) RequeueAfterStopFromEnv(StopSignal(), stats_.stop_committed);
   return stats_.stop_committed ? options_.exit_code_preempted : options_.exit_code_failed;
 }
 
