@@ -157,7 +157,7 @@ def merge(args):
         target(f"save {L} / torch.save+fsync", ratio(f"ratio.save_vs_torch_{L}", s, f"torchpy.save_fsync_gbps_{L}"),
                ">= 2", 2.0, f"torchpy.save_fsync_gbps_{L}")
         v = ratio(f"ratio.restore_vs_torch_{L}", rs, f"torchpy.load_gbps_{L}")
-        target(f"restore {L} / torch.load (issue 2)", v, ">= 2", 2.0, f"torchpy.load_gbps_{L}")
+        target(f"restore {L} / torch.load (floor)", v, ">= 2", 2.0, f"torchpy.load_gbps_{L}")
         target(f"restore {L} / torch.load (DESIGN)", v, ">= 5", 5.0, f"torchpy.load_gbps_{L}")
 
     subs = []

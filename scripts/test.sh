@@ -19,7 +19,10 @@ stage "dependencies"
 stage "release build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$JOBS"
-stage "release tests"
+stage "Python package (scripts/install-python.sh: import preempt for /usr/bin/python3)"
+./scripts/install-python.sh --build-dir build
+(cd / && /usr/bin/python3 -c 'import preempt; print("[test] import preempt:", preempt.__file__)')
+stage "release tests (the SLURM tests start and stop their own cluster)"
 ctest --test-dir build --output-on-failure -j"$JOBS" --timeout 600
 
 if [ -z "${SKIP_SANITIZERS:-}" ]; then

@@ -48,6 +48,9 @@ class Action(enum.IntEnum):
 CONTINUE, CHECKPOINT, STOP = Action.CONTINUE, Action.CHECKPOINT, Action.STOP
 
 _STORE_NAMES = ("LATEST",)
+# What the store itself keeps in a root besides step directories: its writer locks
+# (".lock.rank-NNNNN") and LATEST being replaced ("LATEST.tmp.<pid>.<n>").
+_STORE_PREFIXES = ("step-", ".preempt", ".lock.rank-", "LATEST.tmp.")
 
 
 def _looks_like_checkpoint_root(path):
@@ -57,7 +60,7 @@ def _looks_like_checkpoint_root(path):
     if not os.path.isdir(path):
         return os.path.basename(path)
     for name in sorted(os.listdir(path)):
-        if name in _STORE_NAMES or name.startswith("step-") or name.startswith(".preempt"):
+        if name in _STORE_NAMES or name.startswith(_STORE_PREFIXES):
             continue
         return name
     return None
