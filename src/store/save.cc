@@ -172,7 +172,9 @@ void Store::Impl::execute(SaveJob* job) {
     // Leave nothing that could be mistaken for a checkpoint; free the space (ENOSPC) now. Only a
     // lock holder touches the step directory, and rank 0 — which alone commits — abandons the
     // step for every rank, so the others stop waiting for a COMMIT that will not come.
-    if (writer_lock_) {
+    // A rank other than 0 whose part is durable keeps its files: rank 0 may be committing them
+    // right now (it decides alone), and a step it gives up is removed by rank 0.
+    if (writer_lock_ && (o_.rank == 0 || !job->durable())) {
       (void)fs_->remove_file(JoinPath(tmp_dir, format::RankDataName(o_.rank)));
       (void)fs_->remove_file(JoinPath(tmp_dir, format::RankManifestName(o_.rank)));
       if (o_.rank == 0) (void)fs_->remove_tree(tmp_dir);

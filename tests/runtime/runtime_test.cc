@@ -537,7 +537,8 @@ TEST(Runtime, LateCommitIsReportedTheSameByEveryRank) {
   s.env = {"PREEMPT_GRACE_S=20"};
   Job resumed = Launch(tmp, "r", "ck", s);
   WaitAll(resumed, 120);
-  EXPECT_TRUE(LogHas(resumed.logs[0], "start step " + std::to_string(stop))) << ReadFileOrDie(resumed.logs[0]);
+  EXPECT_TRUE(LogHas(resumed.logs[0], "start step " + std::to_string(stop)))
+      << ReadFileOrDie(resumed.logs[0]) << ReadFileOrDie(resumed.logs[1]) << ReadFileOrDie(job.logs[1]);
 }
 
 // grace.needed_s comes from what was measured: a small state that commits in milliseconds fits

@@ -197,4 +197,33 @@ TEST(MultiRank, WaitOnOtherRanksMeansCommitted) {
 }
 
 }  // namespace
+
+// A rank other than 0 that gives up after its part is durable (the runtime cancels a stop save
+// at its deadline) must leave its files: rank 0 may commit them after all, and a committed step
+// must hold every rank's part.
+TEST(MultiRank, CancelAfterDurableKeepsTheRanksPartForALateCommit) {
+  TempDir dir;
+  const std::string root = dir / "ckpt";
+  StoreOptions o1 = Options(root);
+  o1.rank = 1;
+  o1.world_size = 2;
+  Store rank1(o1);
+  StoreOptions o0 = o1;
+  o0.rank = 0;
+  Store rank0(o0);
+
+  Saved a1 = Request(7), a0 = Request(7);
+  auto h1 = rank1.save_async(a1.req);
+  ASSERT_TRUE(WaitUntil([&] { return h1->durable(); }));
+  h1->cancel();
+  EXPECT_EQ(h1->wait().code(), StatusCode::kAborted);
+  EXPECT_TRUE(fsys::exists(root + "/step-00000007.tmp/rank-00001.manifest"));
+  auto h0 = rank0.save_async(a0.req);  // the late commit
+  ASSERT_TRUE(h0->wait().ok()) << h0->status().ToString();
+  std::vector<CheckpointInfo> infos;
+  ASSERT_TRUE(rank1.list(&infos).ok());
+  ASSERT_EQ(infos.size(), 1u);
+  EXPECT_TRUE(infos[0].valid) << infos[0].problem;
+}
+
 }  // namespace preempt
