@@ -130,7 +130,7 @@ Status SlurmBackend::Observe(ClusterState* st, std::vector<SlurmEvent>* events) 
   return Status::OK();
 }
 
-Status SlurmBackend::Execute(const Action& a, const ClusterState& st, std::vector<SlurmEvent>* events) {
+Status SlurmBackend::Execute(const JobAction& a, const ClusterState& st, std::vector<SlurmEvent>* events) {
   double now = NowUnix();
   Tracked& t = tracked_[a.job];
   switch (a.kind) {
@@ -165,7 +165,7 @@ Status SlurmBackend::Execute(const Action& a, const ClusterState& st, std::vecto
 Status SlurmBackend::Tick(bool execute, Decisions* d, ClusterState* st, std::vector<SlurmEvent>* events) {
   PREEMPT_RETURN_IF_ERROR(Observe(st, events));
   *d = Decide(*st, opt_.policy);
-  for (const Action& a : d->actions) {
+  for (const JobAction& a : d->actions) {
     events->push_back({st->now, "decide", a.job,
                        std::string(ActionKindName(a.kind)) + (a.for_job.empty() ? "" : " for " + a.for_job) + " # " +
                            a.reason});

@@ -59,7 +59,7 @@ double ParseKillWait(const std::string& config_text);
 std::string HintsPathForJob(const SlurmJob& job, const std::string& hints_dir);
 
 struct SlurmBackendOptions {
-  PolicyConfig policy;
+  PolicyOptions policy;
   std::string hints_dir;                   // default hints location (see above)
   std::set<std::string> partitions;        // managed partitions (empty: all)
   // Partition → class; partitions not listed: the highest PriorityTier is high, the lowest low,
@@ -100,7 +100,7 @@ class SlurmBackend {
   };
   PriorityClass ClassOf(const std::string& partition) const;
   void WarnGrace(const SlurmJob& sj, const Job& j, std::vector<SlurmEvent>* events);
-  Status Execute(const Action& a, const ClusterState& st, std::vector<SlurmEvent>* events);
+  Status Execute(const JobAction& a, const ClusterState& st, std::vector<SlurmEvent>* events);
 
   SlurmBackendOptions opt_;
   std::vector<SlurmPartition> partitions_;
