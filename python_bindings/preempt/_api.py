@@ -71,7 +71,8 @@ def _state_for(state_dict, metadata=None):
 
 
 def save_async(state_dict, dir, *, step=0, metadata=None, keep_last=3, io_backend="auto", direct_io="auto"):
-    """Copies the state into staging and returns a SaveHandle (`wait()` for the commit)."""
+    """Copies the state into staging and returns a SaveHandle (`wait()` for the commit). The
+    directory stays locked for writing (one writer per rank) until the handle is released."""
     rank, world = _rank_world()
     store = _C.Store(os.fspath(dir), rank=rank, world_size=world, keep_last=keep_last,
                      io_backend=io_backend, direct_io=direct_io)
@@ -84,10 +85,13 @@ def save_async(state_dict, dir, *, step=0, metadata=None, keep_last=3, io_backen
 def save(state_dict, dir, *, step=0, metadata=None, keep_last=3, timeout_s=None, **kwargs):
     """Saves and waits until the checkpoint is committed; returns its path."""
     h = save_async(state_dict, dir, step=step, metadata=metadata, keep_last=keep_last, **kwargs)
-    if not h.wait(timeout_s):
-        h.cancel()
-        raise _C.DeadlineExceededError(f"save to {dir}: not committed within {timeout_s} s")
-    return h.path
+    try:
+        if not h.wait(timeout_s):
+            h.cancel()
+            raise _C.DeadlineExceededError(f"save to {dir}: not committed within {timeout_s} s")
+        return h.path
+    finally:
+        h._owner[0].close()  # releases the root's writer lock now, not when the handle is collected
 
 
 def load(state_dict, dir, *, step=None, strict=True, fallback=True):
