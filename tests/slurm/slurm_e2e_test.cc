@@ -87,7 +87,7 @@ TEST_F(SlurmE2E, PreemptedLowJobCommitsInsideGraceTimeIsRequeuedAndResumesBitwis
   EXPECT_EQ(JobState(high), "COMPLETED");
 
   std::string out = ReadFileOrDie(dir_ / "low.out");
-  auto stops = LinesStartingWith(out, "rank 0 stopped after step ");
+  auto stops = LinesStartingWith(out, "rank 0 stopped at step ");
   ASSERT_EQ(stops.size(), 1u) << out;
   EXPECT_NE(stops[0].find("committed=1"), std::string::npos) << stops[0];
   double to_commit_s = std::atof(stops[0].substr(stops[0].find("signal_to_commit_s=") + 19).c_str());
@@ -126,7 +126,7 @@ TEST_F(SlurmE2E, WallTimeSignalCheckpointsAndRequeuesTheJobItself) {
   ASSERT_TRUE(WaitDone(id, 30)) << JobState(id);
   EXPECT_EQ(JobState(id), "COMPLETED");
   std::string out = ReadFileOrDie(dir_ / "walltime.out");
-  auto stops = LinesStartingWith(out, "rank 0 stopped after step ");
+  auto stops = LinesStartingWith(out, "rank 0 stopped at step ");
   ASSERT_GE(stops.size(), 1u) << out;
   for (const auto& s : stops) EXPECT_NE(s.find("committed=1"), std::string::npos) << s;
   EXPECT_EQ(out.find("TIME LIMIT"), std::string::npos) << "the job must leave before its limit:\n" << out;
@@ -154,7 +154,7 @@ TEST_F(SlurmE2E, SrunTasksTakeRankFromSlurmAndStopTogetherOnOneOrAllSignals) {
   ASSERT_EQ(rc, 0);
   ASSERT_TRUE(WaitFor(60, [&] { return LinesStartingWith(ReadFileOrDie(dir_ / "srun.out"), "rank 1 exit ").size() == 1; }));
   std::string out = ReadFileOrDie(dir_ / "srun.out");
-  auto stop0 = LinesStartingWith(out, "rank 0 stopped after step "), stop1 = LinesStartingWith(out, "rank 1 stopped after step ");
+  auto stop0 = LinesStartingWith(out, "rank 0 stopped at step "), stop1 = LinesStartingWith(out, "rank 1 stopped at step ");
   ASSERT_EQ(stop0.size(), 1u) << out;
   ASSERT_EQ(stop1.size(), 1u) << out;
   EXPECT_EQ(stop0[0].substr(0, stop0[0].find(" committed")).substr(7), stop1[0].substr(0, stop1[0].find(" committed")).substr(7));
@@ -171,7 +171,7 @@ TEST_F(SlurmE2E, SrunTasksTakeRankFromSlurmAndStopTogetherOnOneOrAllSignals) {
   ASSERT_TRUE(WaitDone(id, 120)) << JobState(id);
   EXPECT_EQ(JobState(id), "COMPLETED");
   out = ReadFileOrDie(dir_ / "srun.out");
-  EXPECT_EQ(LinesStartingWith(out, "rank 0 stopped after step ").size(), 2u) << out;
+  EXPECT_EQ(LinesStartingWith(out, "rank 0 stopped at step ").size(), 2u) << out;
   EXPECT_EQ(LinesStartingWith(out, "rank 1 start step ").size(), 3u) << out;
   ExpectSameAsReference(out, ref_out, dir_ / "loss", dir_ / "ref.loss");
 }
