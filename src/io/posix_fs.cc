@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "preempt/fs.h"
 
@@ -108,12 +110,21 @@ const char* FileTypeName(mode_t mode) {
   return "not a regular file";
 }
 
-// flock(2): tied to the open file description, so it is released when the process dies, and a
-// second open of the same file (another Store in this process, or another process) is refused.
+// A POSIX record lock (fcntl F_SETLK) on the whole file: owned by this process, released when it
+// dies, and not inherited by forked children (DataLoader workers must not keep a dead trainer's
+// lock). Such a lock is shared by the whole process and dropped when any descriptor of the file
+// closes, so a second lock of the same path in this process is refused before the file is opened.
+std::mutex g_locked_mu;
+std::set<std::string> g_locked_paths;
+
 class PosixFileLock final : public FileLock {
  public:
   PosixFileLock(std::string path, int fd) : FileLock(std::move(path)), fd_(fd) {}
-  ~PosixFileLock() override { ::close(fd_); }
+  ~PosixFileLock() override {
+    ::close(fd_);
+    std::lock_guard<std::mutex> l(g_locked_mu);
+    g_locked_paths.erase(path());
+  }
 
  private:
   int fd_;
@@ -155,6 +166,21 @@ class PosixFileSystem final : public FileSystem {
   }
 
   Status lock_exclusive(const std::string& path, const std::string& owner, std::unique_ptr<FileLock>* out) override {
+    {
+      std::lock_guard<std::mutex> l(g_locked_mu);
+      if (!g_locked_paths.insert(path).second) {
+        return Status(StatusCode::kUnavailable, path + ": held by this process (another Store on the same root)");
+      }
+    }
+    Status s = lock_file(path, owner, out);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> l(g_locked_mu);
+      g_locked_paths.erase(path);
+    }
+    return s;
+  }
+
+  Status lock_file(const std::string& path, const std::string& owner, std::unique_ptr<FileLock>* out) {
     int fd;
     do {
       fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
@@ -167,7 +193,10 @@ class PosixFileSystem final : public FileSystem {
     }
     int rc;
     do {
-      rc = ::flock(fd, LOCK_EX | LOCK_NB);
+      struct flock whole = {};
+      whole.l_type = F_WRLCK;
+      whole.l_whence = SEEK_SET;
+      rc = ::fcntl(fd, F_SETLK, &whole);
     } while (rc != 0 && errno == EINTR);
     if (rc != 0) {
       int err = errno;
@@ -176,7 +205,7 @@ class PosixFileSystem final : public FileSystem {
       holder.resize(n > 0 ? static_cast<size_t>(n) : 0);
       while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
       ::close(fd);
-      if (err != EWOULDBLOCK) return Status::FromErrno(err, "flock", path);
+      if (err != EACCES && err != EAGAIN) return Status::FromErrno(err, "fcntl(F_SETLK)", path);
       return Status(StatusCode::kUnavailable,
                     path + ": held by " + (holder.empty() ? std::string("another process") : holder));
     }

@@ -226,4 +226,32 @@ TEST(MultiRank, CancelAfterDurableKeepsTheRanksPartForALateCommit) {
   EXPECT_TRUE(infos[0].valid) << infos[0].problem;
 }
 
+// The writer lock belongs to the process that took it: a child it forked (a DataLoader worker)
+// that outlives it must not keep the root locked for the relaunched job.
+TEST(WriterLock, AForkedChildDoesNotKeepADeadWritersLock) {
+  TempDir dir;
+  const std::string root = dir / "ckpt";
+  pid_t holder = fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    {
+      Store s(Options(root));
+      Saved a = Request(1);
+      if (!s.save_async(a.req)->wait().ok()) _exit(2);
+      if (fork() == 0) {  // the worker: sleeps on with the lock file's descriptor inherited
+        sleep(3);
+        _exit(0);
+      }
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(holder, &status, 0), holder);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  Store next(Options(root));
+  Saved b = Request(2);
+  Status s = next.save_async(b.req)->wait();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
 }  // namespace preempt
