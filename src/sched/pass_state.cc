@@ -3,15 +3,18 @@
 #include <algorithm>
 #include <cmath>
 
+#include "job_index.h"
+
 namespace preempt::sched {
 
-PassState::PassState(const ClusterState& state, const PolicyOptions& config)
+PassState::PassState(const ClusterState& state, const PolicyOptions& config, const JobIndex* job_index)
     : st(state),
       cfg(config),
       jobs(state.jobs),
       now(state.now),
       hint(config.kind == PolicyKind::kHintAware),
       n_nodes(static_cast<int>(state.nodes.size())),
+      index(job_index),
       running_on(n_nodes),
       leaving_on(n_nodes, 0),
       chosen(state.jobs.size(), 0),
@@ -22,7 +25,15 @@ PassState::PassState(const ClusterState& state, const PolicyOptions& config)
     total_gpus += st.nodes[i].gpus;
     max_node = std::max(max_node, st.nodes[i].gpus);
   }
-  for (int i = 0; i < static_cast<int>(jobs.size()); ++i) {
+  // Jobs that hold GPUs, ascending (pending ones are skipped below unless they hold a move).
+  std::vector<int> holders;
+  if (index) {
+    holders.assign(index->placed().begin(), index->placed().end());
+  } else {
+    holders.resize(jobs.size());
+    for (size_t i = 0; i < jobs.size(); ++i) holders[i] = static_cast<int>(i);
+  }
+  for (int i : holders) {
     const Job& j = jobs[i];
     if (j.phase == JobPhase::kPending || j.node < 0 || j.node >= n_nodes) continue;
     free_[j.node] -= j.gpus;
@@ -31,7 +42,8 @@ PassState::PassState(const ClusterState& state, const PolicyOptions& config)
     else leaving_on[j.node] += j.gpus;
   }
   // Jobs being moved (or moved and not yet restarted) hold their GPUs on the node they restart on.
-  for (const Job& j : jobs) {
+  for (int i : holders) {
+    const Job& j = jobs[i];
     if (j.move_to >= 0 && j.move_to < n_nodes && j.phase != JobPhase::kRunning) free_[j.move_to] -= j.gpus;
   }
   for (int i = 0; i < n_nodes; ++i) {
@@ -43,7 +55,8 @@ PassState::PassState(const ClusterState& state, const PolicyOptions& config)
     low_share = std::floor(cfg.low_guaranteed_share * total_gpus);
     reserve = static_cast<int>(std::floor(cfg.reserved_headroom * total_gpus));
   }
-  for (const Job& j : jobs) {
+  for (int i : holders) {
+    const Job& j = jobs[i];
     if ((j.phase == JobPhase::kCheckpointing || j.phase == JobPhase::kEvicting) && j.preemptor.empty())
       leaving_unclaimed += j.gpus;
   }

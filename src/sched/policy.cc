@@ -4,9 +4,11 @@
 #include <vector>
 
 #include "cluster_rules.h"
+#include "job_index.h"
 #include "moves.h"
 #include "pass_state.h"
 #include "pass_steps.h"
+#include "pending_walk.h"
 #include "reasons.h"
 #include "victim_cost.h"
 #include "victim_search.h"
@@ -56,6 +58,7 @@ class Placer {
       p_.Block(ji, why);
     }
   }
+  const int* searches() const { return &searches_; }
 
  private:
   // Done with ji for this pass without placing it: it can never fit, is in its cooldown, restarts
@@ -254,17 +257,32 @@ double EstimatedLostWork(const Job& job, double now, const PolicyOptions& config
   return job.hints->LostWorkAt(now);
 }
 
-Decisions Decide(const ClusterState& st, const PolicyOptions& cfg) {
-  PassState pass(st, cfg);
+namespace {
+
+Decisions DecideWith(const ClusterState& st, const JobIndex* index, const PolicyOptions& cfg) {
+  PassState pass(st, cfg, index);
   const Awaiting awaiting = EvictCheckpointedVictims(&pass);
   ClusterRules rules(&pass);
   const VictimCosts costs(st, cfg, pass.running_on);
   Placer placer(&pass, &rules, &costs, &awaiting);
-  for (int ji : PendingOrder(st, cfg)) placer.Place(ji);
+  if (index) {
+    PendingWalk walk(pass, rules, awaiting, *index, placer.searches());
+    for (int ji = walk.Next(); ji >= 0; ji = walk.Next()) placer.Place(ji);
+  } else {
+    for (int ji : PendingOrder(st, cfg)) placer.Place(ji);
+  }
   RefillHeadroom(&pass, &rules, costs);
   if (pass.min_runtime_release < kInf) pass.Recheck(pass.min_runtime_release);
   EstimateWaits(&pass, rules);
   return std::move(pass.out);
+}
+
+}  // namespace
+
+Decisions Decide(const ClusterState& st, const PolicyOptions& cfg) { return DecideWith(st, nullptr, cfg); }
+
+Decisions DecideIndexed(const ClusterState& st, const JobIndex& index, const PolicyOptions& cfg) {
+  return DecideWith(st, &index, cfg);
 }
 
 }  // namespace preempt::sched

@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "job_index.h"
 #include "preempt/sched/executor.h"
 #include "sim_job.h"
 
@@ -37,6 +38,10 @@ class Simulation final : public Executor {
   void TrimHistory();
   void AttributeWaits(const Decisions& d);
   void CheckCapacity();
+  void Reindex(int active) {
+    if (opt_.indexed) index_.Add(cs_.jobs, active);
+  }
+  void Progress(bool last);
 
   const Trace& trace_;
   const PolicyOptions& policy_;
@@ -56,11 +61,21 @@ class Simulation final : public Executor {
   // the time until the next event.
   std::vector<std::array<double, SimMetrics::kCauses>> wait_by_;
   std::vector<std::pair<int, int>> waiting_now_;  // (sim job, cause slot)
+  JobIndex index_;  // cs_.jobs by phase (SimOptions::indexed)
+  // FCFS, indexed: every pending high job is blocked (cause "other") until it starts; its wait is
+  // charged at its start from the clock of waited time since its arrival (pending high jobs
+  // passed over by the indexed pass are not listed in Decisions::waits).
+  bool fcfs_lazy_ = false;
+  double waited_clock_ = 0;
+  std::vector<double> other_from_;
+  std::chrono::steady_clock::time_point wall_start_ = std::chrono::steady_clock::now(), last_progress_ = wall_start_;
 };
 
 Simulation::Simulation(const Trace& trace, const PolicyOptions& policy, const SimOptions& opt, SimResult* res)
     : trace_(trace), policy_(policy), opt_(opt), res_(*res), m_(res->metrics), sj_(trace.jobs.size()),
       used_(trace.nodes.size(), 0), wait_by_(trace.jobs.size()) {
+  fcfs_lazy_ = opt.indexed && policy.kind == PolicyKind::kFcfs;
+  if (fcfs_lazy_) other_from_.assign(trace.jobs.size(), -1);
   m_.policy = PolicyKindName(policy.kind);
   m_.jobs = static_cast<int>(trace.jobs.size());
   for (const auto& n : trace.nodes) {
@@ -85,9 +100,12 @@ Simulation::Simulation(const Trace& trace, const PolicyOptions& policy, const Si
 void Simulation::Deactivate(int i) {
   int a = sj_[i].active;
   int last = static_cast<int>(cs_.jobs.size()) - 1;
+  index_.Remove(a);
   if (a != last) {
+    index_.Remove(last);
     cs_.jobs[a] = std::move(cs_.jobs[last]);
     sj_[cs_.jobs[a].user].active = a;
+    Reindex(a);
   }
   cs_.jobs.pop_back();
   sj_[i].active = -1;
@@ -142,6 +160,8 @@ void Simulation::Handle(const Event& e) {
       j.user = e.job;
       s->active = static_cast<int>(cs_.jobs.size());
       cs_.jobs.push_back(std::move(j));
+      Reindex(s->active);
+      if (fcfs_lazy_ && s->t->cls == PriorityClass::kHigh) other_from_[e.job] = waited_clock_;
       break;
     }
     case EvType::kFinish: {
@@ -173,6 +193,7 @@ void Simulation::Handle(const Event& e) {
         s->preemptions++;
         m_.preemptions++;
       }
+      Reindex(s->active);
       break;
     }
     case EvType::kWake:
@@ -183,8 +204,8 @@ void Simulation::Handle(const Event& e) {
 
 // Exact, fresh hints for every placed job.
 void Simulation::RefreshHints() {
-  for (Job& j : cs_.jobs) {
-    if (j.phase == JobPhase::kPending) continue;
+  auto refresh = [this](Job& j) {
+    if (j.phase == JobPhase::kPending) return;
     const SimJob& s = sj_[j.user];
     if (!j.hints) j.hints.emplace();
     Hints& h = *j.hints;
@@ -203,6 +224,11 @@ void Simulation::RefreshHints() {
     h.last_commit.committed_at = s.CommitTime(now_);
     h.step = static_cast<int64_t>(s.Progress(now_));
     h.state = j.phase == JobPhase::kCheckpointing ? JobState::kCheckpointing : JobState::kTraining;
+  };
+  if (!opt_.indexed) {
+    for (Job& j : cs_.jobs) refresh(j);
+  } else {
+    for (int i : index_.placed()) refresh(cs_.jobs[i]);
   }
 }
 
@@ -241,6 +267,10 @@ Status Simulation::Start(const Job& j, const JobAction& a) {
   s.seg_restore = s.p0 > 0 ? s.t->restore_s : 0;
   s.gen++;
   if (s.first_start < 0) s.first_start = now_;
+  if (fcfs_lazy_ && other_from_[i] >= 0) {
+    wait_by_[i][static_cast<int>(WaitCause::kOther)] += waited_clock_ - other_from_[i];
+    other_from_[i] = -1;
+  }
   Push(now_ + s.seg_restore + (s.t->duration_s - s.p0), EvType::kFinish, i, s.gen);
   return Status::OK();
 }
@@ -302,12 +332,18 @@ Status Simulation::Evict(const Job& j, const JobAction& a) {
 
 // Which pending high jobs wait, and why (victims leaving: saving or just exiting).
 void Simulation::AttributeWaits(const Decisions& d) {
+  if (fcfs_lazy_) return;
   std::unordered_map<std::string, bool> saving_for;
-  for (const Job& j : cs_.jobs) {
-    if ((j.phase != JobPhase::kCheckpointing && j.phase != JobPhase::kEvicting) || j.preemptor.empty()) continue;
+  auto note = [&](const Job& j) {
+    if ((j.phase != JobPhase::kCheckpointing && j.phase != JobPhase::kEvicting) || j.preemptor.empty()) return;
     const SimJob& v = sj_[j.user];
     bool saving = j.phase == JobPhase::kCheckpointing || now_ < v.exit_at;
     saving_for[j.preemptor] = saving_for[j.preemptor] || saving;
+  };
+  if (opt_.indexed) {
+    for (int i : index_.placed()) note(cs_.jobs[i]);
+  } else {
+    for (const Job& j : cs_.jobs) note(j);
   }
   for (const WaitEstimate& w : d.waits) {
     if (w.job_index < 0 || w.job_index >= static_cast<int>(cs_.jobs.size())) continue;
@@ -339,6 +375,7 @@ void Simulation::Run() {
     if (opt_.horizon_s > 0 && now_ > opt_.horizon_s) break;
     for (const auto& [i, slot] : waiting_now_) wait_by_[i][slot] += now_ - prev_now;
     waiting_now_.clear();
+    waited_clock_ += now_ - prev_now;
     prev_now = now_;
     while (!q_.empty() && q_.top().time == now_) {
       Event e = q_.top();
@@ -350,22 +387,43 @@ void Simulation::Run() {
     cs_.now = now_;
     TrimHistory();
     auto t0 = std::chrono::steady_clock::now();
-    Decisions d = Decide(cs_, policy_);
+    Decisions d = opt_.indexed ? DecideIndexed(cs_, index_, policy_) : Decide(cs_, policy_);
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     m_.decisions++;
     decide_total_us_ += us;
     m_.decide_max_us = std::max(m_.decide_max_us, us);
     // The only refusal is a start of a job that is not pending: already recorded as a violation.
     (void)ExecuteDecisions(d, now_, this, &cs_, &next_request_).ok();
+    for (const JobAction& a : d.actions) Reindex(a.job_index);
     AttributeWaits(d);
     if (d.recheck_at < kSimInf && d.recheck_at > now_ && !wakes_.count(d.recheck_at)) {
       wakes_.insert(d.recheck_at);
       Push(d.recheck_at, EvType::kWake, -1, 0);
     }
     if (opt_.check_invariants) CheckCapacity();
+    if (opt_.progress && (m_.decisions & 255) == 0) Progress(false);
   }
+  for (size_t i = 0; i < other_from_.size(); ++i)
+    if (other_from_[i] >= 0) wait_by_[i][static_cast<int>(WaitCause::kOther)] += waited_clock_ - other_from_[i];
+  if (opt_.progress) Progress(true);
   double end = opt_.horizon_s > 0 ? std::min(opt_.horizon_s, last_event_) : last_event_;
   FinishMetrics(sj_, wait_by_, end, first_submit_, total_gpus_, decide_total_us_, opt_, &res_);
+}
+
+// A progress line every progress_every_s of wall time (and at the end).
+void Simulation::Progress(bool last) {
+  auto t = std::chrono::steady_clock::now();
+  if (!last && std::chrono::duration<double>(t - last_progress_).count() < opt_.progress_every_s) return;
+  last_progress_ = t;
+  SimProgress p;
+  p.jobs = m_.jobs;
+  p.finished = m_.completed;
+  for (const SimJob& s : sj_) p.arrived += s.active >= 0 || s.finish >= 0;
+  for (const Job& j : cs_.jobs) p.pending += j.phase == JobPhase::kPending;
+  p.sim_time_s = now_ - (first_submit_ < kSimInf ? first_submit_ : now_);
+  p.wall_s = std::chrono::duration<double>(t - wall_start_).count();
+  p.done = last;
+  opt_.progress(p);
 }
 
 }  // namespace
