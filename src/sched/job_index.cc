@@ -20,7 +20,7 @@ void JobIndex::Add(const std::vector<Job>& jobs, int i) {
     pending_[e.cls][e.gpus].insert(e.key);
     by_since_.emplace(e.since, i);
   }
-  if (e.placed) placed_.insert(i);
+  if (e.placed) placed_.insert(std::lower_bound(placed_.begin(), placed_.end(), i), i);
   by_id_[j.id] = i;
 }
 
@@ -33,7 +33,7 @@ void JobIndex::Remove(int i) {
     if (group->second.empty()) pending_[e.cls].erase(group);
     by_since_.erase({e.since, i});
   }
-  if (e.placed) placed_.erase(i);
+  if (e.placed) placed_.erase(std::lower_bound(placed_.begin(), placed_.end(), i));
   auto id = by_id_.find(e.key.id);
   if (id != by_id_.end() && id->second == i) by_id_.erase(id);
   e = Entry{};

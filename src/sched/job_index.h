@@ -44,7 +44,7 @@ class JobIndex {
   void Remove(int i);
 
   // Jobs that hold GPUs: not pending, or pending and restarting on a node after a move. Ascending.
-  const std::set<int>& placed() const { return placed_; }
+  const std::vector<int>& placed() const { return placed_; }
   // Pending jobs of class c by GPU count, each group in (submit_time, id) order.
   const std::map<int, std::set<PendingKey>>& pending(int cls) const { return pending_[cls]; }
   // Pending jobs by max(submit_time, last_preempted): the recent ones may be in a cooldown or delay.
@@ -63,7 +63,7 @@ class JobIndex {
     double since = 0;
   };
   std::vector<Entry> entries_;  // by job index
-  std::set<int> placed_;
+  std::vector<int> placed_;  // sorted; a few hundred at most (the GPUs), so a vector is cheapest
   std::map<int, std::set<PendingKey>> pending_[kNumClasses];
   std::set<std::pair<double, int>> by_since_;
   std::unordered_map<std::string, int> by_id_;

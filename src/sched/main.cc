@@ -31,7 +31,7 @@ const char kUsage[] =
     "                         [--alibaba-overload X] [--seed N] [--jobs N] [--nodes N] [--gpus-per-node G]\n"
     "                         [--load X] [--policies fcfs,k8s,hint-norules,hint] [--policy-json JSON]\n"
     "                         [--grace S (0 = sized from hints; default 30)] [--naive]\n"
-    "                         [--csv OUT.csv] [--write-trace OUT.csv]\n"
+    "                         [--csv OUT.csv] [--write-trace OUT.csv] [--progress S (default 5; 0 = off)]\n"
     "  preempt-sched plan (--snapshot FILE | --k8s PODS.json [--gpus-per-node G]) [--policy NAME]\n"
     "                     [--policy-json JSON] [--json]\n"
     "  preempt-sched run --spec FILE [--slots N] [--work-dir DIR] [--events FILE] [--timeout S]\n"
@@ -159,16 +159,27 @@ int Simulate(const Args& a) {
   printf("offered demand: peak %d GPUs (high %d); high-priority demand alone above the cluster for %.1f h (%.1f GPU-h)\n",
          d.peak_gpus, d.peak_gpus_by_class[static_cast<int>(PriorityClass::kHigh)], d.high_over_capacity_s / 3600,
          d.high_excess_gpu_s / 3600);
+  fflush(stdout);  // before the progress lines on stderr
   SimOptions so;
   so.grace_period_s = a.Num("grace", so.grace_period_s);
   so.sigterm_saves = !a.Has("naive");
   if (so.grace_period_s < 0) return Fail(Status(StatusCode::kInvalidArgument, "--grace: must be >= 0 (0 = sized)"));
+  so.progress_every_s = a.Num("progress", 5);
+  if (!(so.progress_every_s >= 0 && so.progress_every_s <= 86400))
+    return Fail(Status(StatusCode::kInvalidArgument, "--progress: seconds in [0, 86400] (0 = off)"));
   std::vector<SimMetrics> rows;
   std::string csv = MetricsCsvHeader();
   int rc = 0;
   for (const auto& name : Split(a.Get("policies", "fcfs,k8s,hint-norules,hint"), ',')) {
     PolicyOptions p;
     if (!MakePolicy(name, a, &p)) return 2;
+    if (so.progress_every_s > 0) {
+      so.progress = [&name](const SimProgress& g) {
+        fprintf(stderr, "%s: %d of %d jobs submitted, %d finished, %d pending; simulated %.1f h in %.1f s%s\n",
+                name.c_str(), g.arrived, g.jobs, g.finished, g.pending, g.sim_time_s / 3600, g.wall_s,
+                g.done ? " (done)" : "");
+      };
+    }
     SimResult r;
     Status s = Simulate(trace, p, so, &r);
     if (!s.ok()) return Fail(s);
@@ -239,7 +250,7 @@ int Run(const Args& a) {
 bool KnownFlags(const Args& a) {
   static const std::map<std::string, std::vector<std::string>> flags = {
       {"simulate", {"trace", "alibaba-dir", "alibaba-gpus", "alibaba-overload", "seed", "jobs", "nodes", "gpus-per-node",
-                    "load", "policies", "policy-json", "grace", "naive", "csv", "write-trace"}},
+                    "load", "policies", "policy-json", "grace", "naive", "csv", "write-trace", "progress"}},
       {"plan", {"snapshot", "k8s", "gpus-per-node", "now", "policy", "policy-json", "json"}},
       {"run", {"spec", "slots", "work-dir", "events", "timeout"}},
   };

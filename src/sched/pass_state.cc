@@ -26,13 +26,12 @@ PassState::PassState(const ClusterState& state, const PolicyOptions& config, con
     max_node = std::max(max_node, st.nodes[i].gpus);
   }
   // Jobs that hold GPUs, ascending (pending ones are skipped below unless they hold a move).
-  std::vector<int> holders;
-  if (index) {
-    holders.assign(index->placed().begin(), index->placed().end());
-  } else {
-    holders.resize(jobs.size());
-    for (size_t i = 0; i < jobs.size(); ++i) holders[i] = static_cast<int>(i);
+  std::vector<int> all;
+  if (!index) {
+    all.resize(jobs.size());
+    for (size_t i = 0; i < jobs.size(); ++i) all[i] = static_cast<int>(i);
   }
+  const std::vector<int>& holders = index ? index->placed() : all;
   for (int i : holders) {
     const Job& j = jobs[i];
     if (j.phase == JobPhase::kPending || j.node < 0 || j.node >= n_nodes) continue;
