@@ -89,10 +89,6 @@ Simulation::Simulation(const Trace& trace, const PolicyOptions& policy, const Si
     sj_[i].grace = opt.grace_period_s > 0
                        ? opt.grace_period_s
                        : opt.grace_factor * (tj.ckpt_drain_s + tj.ckpt_stall_s + tj.ckpt_persist_s) + opt.grace_extra_s;
-    if (tj.gpus > max_node_) {
-      res_.violations.push_back("job " + tj.id + " needs more GPUs than any node; skipped");
-      continue;
-    }
     Push(tj.submit, EvType::kArrival, static_cast<int>(i), 0);
   }
 }

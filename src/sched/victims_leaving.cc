@@ -43,7 +43,8 @@ Awaiting EvictCheckpointedVictims(PassState* pass) {
       double& w = out.left[for_index];
       w = std::max(w, left);
     }
-    if (v.phase != JobPhase::kCheckpointing) continue;
+    // FCFS never preempts: a job asked to checkpoint under another policy keeps running.
+    if (v.phase != JobPhase::kCheckpointing || p.cfg.kind == PolicyKind::kFcfs) continue;
     const bool acked = v.hints && v.hints->request_ack >= v.request_id;
     const double deadline = v.request_time + p.cfg.checkpoint_deadline_s;
     if (!acked && p.now < deadline) {
