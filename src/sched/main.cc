@@ -31,7 +31,8 @@ const char kUsage[] =
     "                         [--alibaba-overload X] [--seed N] [--jobs N] [--nodes N] [--gpus-per-node G]\n"
     "                         [--load X] [--policies fcfs,k8s,hint-norules,hint] [--policy-json JSON]\n"
     "                         [--grace S (0 = sized from hints; default 30)] [--naive]\n"
-    "                         [--csv OUT.csv] [--write-trace OUT.csv] [--progress S (default 5; 0 = off)]\n"
+    "                         [--csv OUT.csv] [--json OUT.json] [--write-trace OUT.csv]\n"
+    "                         [--progress S (default 5; 0 = off)]\n"
     "  preempt-sched plan (--snapshot FILE | --k8s PODS.json [--k8s-nodes NODES.json] [--gpus-per-node G])\n"
     "                     [--policy NAME]\n"
     "                     [--policy-json JSON] [--json]\n"
@@ -73,7 +74,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       return false;
     }
     s = s.substr(2);
-    if (s == "json" || s == "help" || s == "naive") {
+    if (s == "help" || s == "naive" || (s == "json" && a->cmd != "simulate")) {  // simulate --json takes a file
       a->kv[s] = "1";
     } else if (i + 1 < argc) {
       a->kv[s] = argv[++i];
@@ -193,6 +194,24 @@ int Simulate(const Args& a) {
     csv += MetricsCsvRow(trace.name, r.metrics);
   }
   printf("%s", MetricsTable(trace.name, rows).c_str());
+  printf("bill per queue (GPU-hours held, priced per class by gpu_hour_price):\n%s", BillTable(rows).c_str());
+  if (a.Has("json")) {
+    std::ofstream o(a.Get("json"));
+    std::string name;  // the trace's name is a path for CSV traces
+    for (char ch : trace.name) {
+      if (ch == '"' || ch == '\\') name += '\\';
+      if (static_cast<unsigned char>(ch) >= 0x20) name += ch;
+    }
+    o << "{\"trace\":\"" << name << "\",\"runs\":[";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const SimMetrics& m = rows[i];
+      o << (i ? "," : "") << "{\"policy\":\"" << m.policy << "\",\"jobs\":" << m.jobs << ",\"completed\":" << m.completed
+        << ",\"high_wait_p95_s\":" << m.high_wait_p95_s << ",\"lost_gpu_hours\":" << m.lost_gpu_hours
+        << ",\"preemptions\":" << m.preemptions << ",\"bill\":" << BillJson(m) << "}";
+    }
+    o << "]}\n";
+    if (!o) return Fail(Status(StatusCode::kIoError, "write " + a.Get("json")));
+  }
   if (a.Has("csv")) {
     std::ofstream o(a.Get("csv"));
     o << csv;
@@ -256,7 +275,7 @@ int Run(const Args& a) {
 bool KnownFlags(const Args& a) {
   static const std::map<std::string, std::vector<std::string>> flags = {
       {"simulate", {"trace", "alibaba-dir", "alibaba-gpus", "alibaba-overload", "seed", "jobs", "nodes", "gpus-per-node",
-                    "load", "policies", "policy-json", "grace", "naive", "csv", "write-trace", "progress"}},
+                    "load", "policies", "policy-json", "grace", "naive", "csv", "json", "write-trace", "progress"}},
       {"plan", {"snapshot", "k8s", "k8s-nodes", "gpus-per-node", "now", "policy", "policy-json", "json"}},
       {"run", {"spec", "slots", "work-dir", "events", "timeout"}},
   };

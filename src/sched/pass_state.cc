@@ -49,6 +49,7 @@ PassState::PassState(const ClusterState& state, const PolicyOptions& config, con
     if (free_[i] > 0) by_free_.emplace(free_[i], i);
     free_sum_ += std::max(0, free_[i]);
   }
+  if (cfg.kind != PolicyKind::kFcfs && cfg.suspend.Open(now)) suspended[static_cast<int>(cfg.suspend.cls)] = true;
   if (hint) {
     nonhigh_cap = total_gpus - std::floor(cfg.reserved_headroom * total_gpus);
     low_share = std::floor(cfg.low_guaranteed_share * total_gpus);
@@ -85,6 +86,8 @@ void PassState::Start(int ji, int node, std::string reason) {
   out.actions.push_back(std::move(a));
   SetFree(node, free_[node] - j.gpus);
   placed_by_class[static_cast<int>(j.cls)] += j.gpus;
+  // A class with a suspension window: decide again when the window opens.
+  if (cfg.suspend.on && cfg.kind != PolicyKind::kFcfs && j.cls == cfg.suspend.cls) Recheck(cfg.suspend.NextChange(now));
 }
 
 void PassState::Evict(JobAction a) {

@@ -46,6 +46,8 @@ class PassState {
   int leaving_unclaimed = 0;
   // Cluster limits from the configuration (hint-aware only; whole GPUs: the reserve rounds down,
   // so a one-slot machine reserves nothing).
+  // Classes in their suspension window now (PolicyOptions::suspend; never under FCFS).
+  bool suspended[kNumClasses] = {false, false, false};
   double nonhigh_cap = kInf;
   double low_share = 0;
   int reserve = 0;

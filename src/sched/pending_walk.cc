@@ -44,6 +44,7 @@ bool PendingWalk::Before(const Pos& a, const Pos& b) const {
 bool PendingWalk::Inert(int cls, int gpus) {
   const PolicyOptions& cfg = p_.cfg;
   if (cls == static_cast<int>(PriorityClass::kHigh) && !fcfs_) return false;
+  if (p_.suspended[cls]) return true;  // waits for its window to close
   if (gpus <= 0 || gpus > p_.max_node) return true;  // can never fit
   probe_.cls = static_cast<PriorityClass>(cls);
   probe_.gpus = gpus;

@@ -65,6 +65,11 @@ class Placer {
   // after a move, or waits for victims leaving for it (starting when they are gone).
   bool Waits(int ji) {
     const Job& j = p_.jobs[ji];
+    if (p_.suspended[static_cast<int>(j.cls)]) {  // its class is in its suspension window
+      p_.Recheck(p_.cfg.suspend.NextChange(p_.now));
+      p_.Block(ji, WaitCause::kOther);
+      return true;
+    }
     if (j.gpus > p_.max_node || j.gpus <= 0) {  // can never fit
       p_.Block(ji, WaitCause::kOther);
       return true;
@@ -264,6 +269,7 @@ Decisions DecideWith(const ClusterState& st, const JobIndex* index, const Policy
   const Awaiting awaiting = EvictCheckpointedVictims(&pass);
   ClusterRules rules(&pass);
   const VictimCosts costs(st, cfg, pass.running_on);
+  SuspendInWindow(&pass, costs);
   Placer placer(&pass, &rules, &costs, &awaiting);
   if (index) {
     PendingWalk walk(pass, rules, awaiting, *index, placer.searches());

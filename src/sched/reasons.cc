@@ -47,9 +47,10 @@ const char* HowText(const VictimCost& vc) {
 }
 
 namespace {
-// Whom a leaving victim's GPUs go to: its preemptor, or nobody yet (a headroom refill).
+// Whom a leaving victim's GPUs go to: its preemptor, or nobody yet (a headroom refill, a
+// suspension window).
 std::string ForWhom(const Job& v) {
-  return v.preemptor.empty() ? "to refill the reserved headroom" : "for " + v.preemptor;
+  return v.preemptor.empty() ? "(no job waits for its GPUs)" : "for " + v.preemptor;
 }
 }  // namespace
 

@@ -404,6 +404,7 @@ void Simulation::Run() {
   if (opt_.progress) Progress(true);
   double end = opt_.horizon_s > 0 ? std::min(opt_.horizon_s, last_event_) : last_event_;
   FinishMetrics(sj_, wait_by_, end, first_submit_, total_gpus_, decide_total_us_, opt_, &res_);
+  FinishBill(sj_, end, policy_, &m_);
 }
 
 // A progress line every progress_every_s of wall time (and at the end).

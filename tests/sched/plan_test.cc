@@ -277,7 +277,7 @@ TEST(Plan, CheckpointedVictimReasonAndFcfs) {
   ASSERT_EQ(d.actions.size(), 1u);
   EXPECT_EQ(d.actions[0].kind, ActionKind::kEvict);
   const std::string& r = d.actions[0].reason;
-  EXPECT_NE(r.find("to refill the reserved headroom"), std::string::npos) << r;
+  EXPECT_NE(r.find("(no job waits for its GPUs)"), std::string::npos) << r;
   EXPECT_NE(r.substr(r.size() - 4), "for ") << r;
   PolicyOptions fcfs;
   ASSERT_TRUE(PolicyByName("fcfs", &fcfs));
@@ -471,6 +471,13 @@ TEST(Cli, SimulatePlanAndUsage) {
       << out;
   EXPECT_NE(out.find("job wide needs 16 GPUs on one node; the largest node has 8"), std::string::npos) << out;
   EXPECT_EQ(run("plan --snapshot x --k8s-nodes y", &out), 2) << out;
+  // The bill per queue, as text and JSON; progress lines on stderr.
+  ASSERT_EQ(run("simulate --jobs 60 --nodes 2 --policies hint --progress 0.001 --json " + (dir / "s.json"), &out), 0)
+      << out;
+  EXPECT_NE(out.find("bill per queue"), std::string::npos) << out;
+  EXPECT_NE(out.find("hint: 60 of 60 jobs submitted, 60 finished, 0 pending"), std::string::npos) << out;
+  std::string js = preempt::testing::ReadFileOrDie(dir / "s.json");
+  EXPECT_NE(js.find("\"bill\":[{\"queue\":"), std::string::npos) << js;
   // --help lists every policy field.
   EXPECT_EQ(run("--help", &out), 2);
   EXPECT_NE(out.find("defrag_max_moves"), std::string::npos) << out;

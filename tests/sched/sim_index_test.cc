@@ -73,6 +73,8 @@ TEST(IndexedPass, SameRunWhenSearchesRunOutAndLowPreempts) {
   p.reserved_headroom = 0.4;
   p.low_guaranteed_share = 0.2;
   ExpectSameRun(t, p, "hint, large reserve");
+  ASSERT_TRUE(PolicyFromJson(R"({"suspend":{"class":"medium","from_s":20000,"to_s":50000,"period_s":86400}})", &p).ok());
+  ExpectSameRun(t, p, "hint, medium suspended in a window");
   ASSERT_TRUE(PolicyByName("k8s", &p));
   p.max_preemptors_per_pass = 1;
   ExpectSameRun(t, p, "k8s, 1 search");

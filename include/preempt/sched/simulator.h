@@ -132,6 +132,14 @@ struct SimOptions {
   double progress_every_s = 5;
 };
 
+// What one queue's jobs cost: GPU-hours held per class (from each start until the GPUs are free,
+// lost work included) at PolicyOptions::gpu_hour_price.
+struct QueueBill {
+  std::string queue;
+  double gpu_hours[kNumClasses] = {};
+  double cost = 0;
+};
+
 struct SimMetrics {
   std::string policy;
   int jobs = 0, completed = 0;
@@ -162,6 +170,7 @@ struct SimMetrics {
   double high_wait_cause_s[kCauses] = {};
   double high_tail_wait_cause_s[kCauses] = {};
   int high_tail_jobs = 0;
+  std::vector<QueueBill> bill;  // by queue name
 };
 // Name of SimMetrics cause slot k ("victims-saving" for slot 0, "victims-exiting" for the last).
 const char* SimWaitCauseName(int k);
@@ -185,5 +194,9 @@ Status Simulate(const Trace& trace, const PolicyOptions& policy, const SimOption
 std::string MetricsCsvHeader();
 std::string MetricsCsvRow(const std::string& trace, const SimMetrics& m);
 std::string MetricsTable(const std::string& trace, const std::vector<SimMetrics>& rows);
+// The bill per queue of each row, as a table and as a JSON array
+// [{"queue":..,"gpu_hours":[low,medium,high],"cost":..}].
+std::string BillTable(const std::vector<SimMetrics>& rows);
+std::string BillJson(const SimMetrics& m);
 
 }  // namespace preempt::sched
