@@ -117,6 +117,26 @@ bool MakePolicy(const std::string& name, const Args& a, PolicyOptions* p) {
   return true;
 }
 
+// simulate --json: a few headline metrics and the bill per queue of each policy's run.
+Status WriteRunsJson(const std::string& path, const std::string& trace, const std::vector<SimMetrics>& rows) {
+  std::ofstream o(path);
+  std::string name;  // the trace's name is a path for CSV traces
+  for (char ch : trace) {
+    if (ch == '"' || ch == '\\') name += '\\';
+    if (static_cast<unsigned char>(ch) >= 0x20) name += ch;
+  }
+  o << "{\"trace\":\"" << name << "\",\"runs\":[";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SimMetrics& m = rows[i];
+    o << (i ? "," : "") << "{\"policy\":\"" << m.policy << "\",\"jobs\":" << m.jobs << ",\"completed\":" << m.completed
+      << ",\"high_wait_p95_s\":" << m.high_wait_p95_s << ",\"lost_gpu_hours\":" << m.lost_gpu_hours
+      << ",\"preemptions\":" << m.preemptions << ",\"bill\":" << BillJson(m) << "}";
+  }
+  o << "]}\n";
+  if (!o) return Status(StatusCode::kIoError, "write " + path);
+  return Status::OK();
+}
+
 int Simulate(const Args& a) {
   Trace trace;
   std::string which = a.Get("trace", "synthetic");
@@ -196,21 +216,8 @@ int Simulate(const Args& a) {
   printf("%s", MetricsTable(trace.name, rows).c_str());
   printf("bill per queue (GPU-hours held, priced per class by gpu_hour_price):\n%s", BillTable(rows).c_str());
   if (a.Has("json")) {
-    std::ofstream o(a.Get("json"));
-    std::string name;  // the trace's name is a path for CSV traces
-    for (char ch : trace.name) {
-      if (ch == '"' || ch == '\\') name += '\\';
-      if (static_cast<unsigned char>(ch) >= 0x20) name += ch;
-    }
-    o << "{\"trace\":\"" << name << "\",\"runs\":[";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const SimMetrics& m = rows[i];
-      o << (i ? "," : "") << "{\"policy\":\"" << m.policy << "\",\"jobs\":" << m.jobs << ",\"completed\":" << m.completed
-        << ",\"high_wait_p95_s\":" << m.high_wait_p95_s << ",\"lost_gpu_hours\":" << m.lost_gpu_hours
-        << ",\"preemptions\":" << m.preemptions << ",\"bill\":" << BillJson(m) << "}";
-    }
-    o << "]}\n";
-    if (!o) return Fail(Status(StatusCode::kIoError, "write " + a.Get("json")));
+    Status js = WriteRunsJson(a.Get("json"), trace.name, rows);
+    if (!js.ok()) return Fail(js);
   }
   if (a.Has("csv")) {
     std::ofstream o(a.Get("csv"));
