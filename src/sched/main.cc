@@ -31,7 +31,8 @@ const char kUsage[] =
     "                         [--alibaba-overload X] [--seed N] [--jobs N] [--nodes N] [--gpus-per-node G]\n"
     "                         [--load X] [--policies fcfs,k8s,hint-norules,hint] [--policy-json JSON]\n"
     "                         [--grace S (0 = sized from hints; default 30)] [--naive]\n"
-    "                         [--csv OUT.csv] [--json OUT.json] [--write-trace OUT.csv]\n"
+    "                         [--csv OUT.csv] [--json OUT.json] [--write-trace OUT.csv (with --policies none:\n"
+    "                         write the trace only)]\n"
     "                         [--progress S (default 5; 0 = off)]\n"
     "  preempt-sched plan (--snapshot FILE | --k8s PODS.json [--k8s-nodes NODES.json] [--gpus-per-node G])\n"
     "                     [--policy NAME]\n"
@@ -173,6 +174,7 @@ int Simulate(const Args& a) {
   if (a.Has("write-trace")) {
     Status s = WriteTraceCsv(a.Get("write-trace"), trace);
     if (!s.ok()) return Fail(s);
+    if (a.Get("policies") == "none") return 0;  // only the trace (e.g. --jobs 100000 for a large one)
   }
   int gpus = 0;
   for (auto& n : trace.nodes) gpus += n.gpus;

@@ -471,6 +471,11 @@ TEST(Cli, SimulatePlanAndUsage) {
       << out;
   EXPECT_NE(out.find("job wide needs 16 GPUs on one node; the largest node has 8"), std::string::npos) << out;
   EXPECT_EQ(run("plan --snapshot x --k8s-nodes y", &out), 2) << out;
+  // A large trace is written without simulating it.
+  ASSERT_EQ(run("simulate --jobs 3000 --policies none --write-trace " + (dir / "big3k.csv"), &out), 0) << out;
+  std::string big = preempt::testing::ReadFileOrDie(dir / "big3k.csv");
+  EXPECT_EQ(std::count(big.begin(), big.end(), '\n'), 3001) << out;  // header + 3000 jobs
+  EXPECT_EQ(out.find("hint"), std::string::npos) << out;
   // The bill per queue, as text and JSON; progress lines on stderr.
   ASSERT_EQ(run("simulate --jobs 60 --nodes 2 --policies hint --progress 0.001 --json " + (dir / "s.json"), &out), 0)
       << out;
