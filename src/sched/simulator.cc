@@ -48,7 +48,7 @@ class Simulation final : public Executor {
   const SimOptions& opt_;
   SimResult& res_;
   SimMetrics& m_;
-  int total_gpus_ = 0, max_node_ = 0;
+  int total_gpus_ = 0;
   std::vector<SimJob> sj_;
   ClusterState cs_;
   std::vector<int> used_;
@@ -80,7 +80,6 @@ Simulation::Simulation(const Trace& trace, const PolicyOptions& policy, const Si
   m_.jobs = static_cast<int>(trace.jobs.size());
   for (const auto& n : trace.nodes) {
     total_gpus_ += n.gpus;
-    max_node_ = std::max(max_node_, n.gpus);
   }
   cs_.nodes = trace.nodes;
   for (size_t i = 0; i < trace.jobs.size(); ++i) {
