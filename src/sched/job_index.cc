@@ -4,9 +4,9 @@
 
 namespace preempt::sched {
 
-void JobIndex::Add(const std::vector<Job>& jobs, int i) {
+void JobIndex::add(const std::vector<Job>& jobs, int i) {
   if (entries_.size() <= static_cast<size_t>(i)) entries_.resize(static_cast<size_t>(i) + 1);
-  Remove(i);
+  remove(i);
   const Job& j = jobs[i];
   Entry& e = entries_[i];
   e.indexed = true;
@@ -24,7 +24,7 @@ void JobIndex::Add(const std::vector<Job>& jobs, int i) {
   by_id_[j.id] = i;
 }
 
-void JobIndex::Remove(int i) {
+void JobIndex::remove(int i) {
   if (static_cast<size_t>(i) >= entries_.size() || !entries_[i].indexed) return;
   Entry& e = entries_[i];
   if (e.pending) {

@@ -39,9 +39,9 @@ struct PendingKey {  // a pending job in (submit_time, id) order
 class JobIndex {
  public:
   // Indexes job `i` of `jobs` as it is now.
-  void Add(const std::vector<Job>& jobs, int i);
+  void add(const std::vector<Job>& jobs, int i);
   // Forgets job `i` as it was last added.
-  void Remove(int i);
+  void remove(int i);
 
   // Jobs that hold GPUs: not pending, or pending and restarting on a node after a move. Ascending.
   const std::vector<int>& placed() const { return placed_; }
@@ -50,7 +50,7 @@ class JobIndex {
   // Pending jobs by max(submit_time, last_preempted): the recent ones may be in a cooldown or delay.
   const std::set<std::pair<double, int>>& by_since() const { return by_since_; }
   // Index of a job by id (any phase); -1 when not indexed.
-  int Find(const std::string& id) const {
+  int find(const std::string& id) const {
     auto it = by_id_.find(id);
     return it == by_id_.end() ? -1 : it->second;
   }

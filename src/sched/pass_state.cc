@@ -49,7 +49,7 @@ PassState::PassState(const ClusterState& state, const PolicyOptions& config, con
     if (free_[i] > 0) by_free_.emplace(free_[i], i);
     free_sum_ += std::max(0, free_[i]);
   }
-  if (cfg.kind != PolicyKind::kFcfs && cfg.suspend.Open(now)) suspended[static_cast<int>(cfg.suspend.cls)] = true;
+  if (cfg.kind != PolicyKind::kFcfs && cfg.suspend.open(now)) suspended[static_cast<int>(cfg.suspend.cls)] = true;
   if (hint) {
     nonhigh_cap = total_gpus - std::floor(cfg.reserved_headroom * total_gpus);
     low_share = std::floor(cfg.low_guaranteed_share * total_gpus);
@@ -62,12 +62,12 @@ PassState::PassState(const ClusterState& state, const PolicyOptions& config, con
   }
 }
 
-int PassState::BestFit(int gpus) const {
+int PassState::best_fit(int gpus) const {
   auto it = by_free_.lower_bound({gpus, -1});
   return it == by_free_.end() ? -1 : it->second;
 }
 
-void PassState::SetFree(int node, int value) {
+void PassState::set_free(int node, int value) {
   if (free_[node] > 0) by_free_.erase({free_[node], node});
   free_sum_ += std::max(0, value) - std::max(0, free_[node]);
   node_version_[node]++;
@@ -75,7 +75,7 @@ void PassState::SetFree(int node, int value) {
   if (value > 0) by_free_.emplace(value, node);
 }
 
-void PassState::Start(int ji, int node, std::string reason) {
+void PassState::start(int ji, int node, std::string reason) {
   const Job& j = jobs[ji];
   JobAction a;
   a.kind = ActionKind::kStart;
@@ -84,13 +84,13 @@ void PassState::Start(int ji, int node, std::string reason) {
   a.node = node;
   a.reason = std::move(reason);
   out.actions.push_back(std::move(a));
-  SetFree(node, free_[node] - j.gpus);
+  set_free(node, free_[node] - j.gpus);
   placed_by_class[static_cast<int>(j.cls)] += j.gpus;
   // A class with a suspension window: decide again when the window opens.
-  if (cfg.suspend.on && cfg.kind != PolicyKind::kFcfs && j.cls == cfg.suspend.cls) Recheck(cfg.suspend.NextChange(now));
+  if (cfg.suspend.on && cfg.kind != PolicyKind::kFcfs && j.cls == cfg.suspend.cls) recheck(cfg.suspend.next_change(now));
 }
 
-void PassState::Evict(JobAction a) {
+void PassState::evict(JobAction a) {
   const Job& v = jobs[a.job_index];
   chosen[a.job_index] = 1;
   // A moved high job keeps its class's GPUs (it restarts at once elsewhere).

@@ -29,32 +29,32 @@ PendingWalk::PendingWalk(const PassState& pass, const ClusterRules& rules, const
     auto it = group.find(PendingKey{j.submit_time, j.id, i});
     visit_.push_back({static_cast<int>(j.cls), &*it});
   }
-  std::sort(visit_.begin(), visit_.end(), [this](const Pos& a, const Pos& b) { return Before(a, b); });
+  std::sort(visit_.begin(), visit_.end(), [this](const Pos& a, const Pos& b) { return before(a, b); });
   visit_.erase(std::unique(visit_.begin(), visit_.end(), [](const Pos& a, const Pos& b) { return a.key == b.key; }),
                visit_.end());
 }
 
-bool PendingWalk::Before(const Pos& a, const Pos& b) const {
+bool PendingWalk::before(const Pos& a, const Pos& b) const {
   if (!fcfs_ && a.cls != b.cls) return a.cls > b.cls;
   return *a.key < *b.key;
 }
 
 // True when no job of this group (class, GPU count) that is not visited one by one can change the
 // pass now: Placer::Place would only block it (or, under FCFS, list it as blocked).
-bool PendingWalk::Inert(int cls, int gpus) {
+bool PendingWalk::inert(int cls, int gpus) {
   const PolicyOptions& cfg = p_.cfg;
   if (cls == static_cast<int>(PriorityClass::kHigh) && !fcfs_) return false;
   if (p_.suspended[cls]) return true;  // waits for its window to close
   if (gpus <= 0 || gpus > p_.max_node) return true;  // can never fit
   probe_.cls = static_cast<PriorityClass>(cls);
   probe_.gpus = gpus;
-  if (p_.BestFit(gpus) >= 0) return !rules_.HeadroomAllows(probe_);  // starts, or waits for the reserve
+  if (p_.best_fit(gpus) >= 0) return !rules_.headroom_allows(probe_);  // starts, or waits for the reserve
   if (fcfs_ || !cfg.preempts_lower[cls]) return true;
   return *searches_ >= cfg.max_preemptors_per_pass;
 }
 
 // The first job of `group` after the last one returned, in scheduling order (null: none).
-const PendingKey* PendingWalk::NextIn(int cls, const std::set<PendingKey>& group) const {
+const PendingKey* PendingWalk::next_in(int cls, const std::set<PendingKey>& group) const {
   auto it = group.begin();
   if (cur_.key) {
     if (!fcfs_ && cls > cur_.cls) return nullptr;
@@ -63,16 +63,16 @@ const PendingKey* PendingWalk::NextIn(int cls, const std::set<PendingKey>& group
   return it == group.end() ? nullptr : &*it;
 }
 
-int PendingWalk::Next() {
+int PendingWalk::next() {
   Pos best;
-  while (visit_pos_ < visit_.size() && cur_.key && !Before(cur_, visit_[visit_pos_])) ++visit_pos_;
+  while (visit_pos_ < visit_.size() && cur_.key && !before(cur_, visit_[visit_pos_])) ++visit_pos_;
   if (visit_pos_ < visit_.size()) best = visit_[visit_pos_];
   for (const auto& [cls, group] : groups_) {
-    const PendingKey* k = NextIn(cls, *group);
+    const PendingKey* k = next_in(cls, *group);
     if (!k) continue;
     const Pos pos{cls, k};
-    if (best.key && !Before(pos, best)) continue;
-    if (Inert(cls, k->index >= 0 ? p_.jobs[k->index].gpus : 0)) continue;
+    if (best.key && !before(pos, best)) continue;
+    if (inert(cls, k->index >= 0 ? p_.jobs[k->index].gpus : 0)) continue;
     best = pos;
   }
   if (!best.key) return -1;

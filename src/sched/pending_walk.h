@@ -28,16 +28,16 @@ class PendingWalk {
   PendingWalk(const PassState& pass, const ClusterRules& rules, const Awaiting& awaiting, const JobIndex& index,
               const int* searches);
   // The next job to place, or -1 when none is left.
-  int Next();
+  int next();
 
  private:
   struct Pos {
     int cls = 0;
     const PendingKey* key = nullptr;
   };
-  bool Before(const Pos& a, const Pos& b) const;
-  bool Inert(int cls, int gpus);
-  const PendingKey* NextIn(int cls, const std::set<PendingKey>& group) const;
+  bool before(const Pos& a, const Pos& b) const;
+  bool inert(int cls, int gpus);
+  const PendingKey* next_in(int cls, const std::set<PendingKey>& group) const;
 
   const PassState& p_;
   const ClusterRules& rules_;

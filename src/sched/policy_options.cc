@@ -305,13 +305,13 @@ std::string PolicyFieldsMarkdown() {
   return o.str();
 }
 
-bool SuspendWindow::Open(double now) const {
+bool SuspendWindow::open(double now) const {
   if (!on) return false;
   const double phase = now - std::floor(now / period_s) * period_s;
   return from_s < to_s ? phase >= from_s && phase < to_s : phase >= from_s || phase < to_s;
 }
 
-double SuspendWindow::NextChange(double now) const {
+double SuspendWindow::next_change(double now) const {
   const double base = std::floor(now / period_s) * period_s;
   double next = kInfinity;
   for (double edge : {from_s, to_s})

@@ -26,7 +26,7 @@ Awaiting EvictCheckpointedVictims(PassState* pass) {
   }
   auto pending_index = [&](const std::string& id) {
     if (p.index) {
-      const int k = p.index->Find(id);
+      const int k = p.index->find(id);
       return k >= 0 && jobs[k].phase == JobPhase::kPending ? k : -1;
     }
     auto pre = index_of.find(id);
@@ -48,7 +48,7 @@ Awaiting EvictCheckpointedVictims(PassState* pass) {
     const bool acked = v.hints && v.hints->request_ack >= v.request_id;
     const double deadline = v.request_time + p.cfg.checkpoint_deadline_s;
     if (!acked && p.now < deadline) {
-      p.Recheck(deadline);
+      p.recheck(deadline);
       continue;
     }
     VictimCost vc;

@@ -18,20 +18,20 @@ PolicyOptions LowOffFrom2hTo4h() {
 
 TEST(SuspendWindow, OpenAndNextChange) {
   SuspendWindow w = LowOffFrom2hTo4h().suspend;
-  EXPECT_FALSE(w.Open(7199));
-  EXPECT_TRUE(w.Open(7200));
-  EXPECT_TRUE(w.Open(86400 + 14399));
-  EXPECT_FALSE(w.Open(14400));
-  EXPECT_EQ(w.NextChange(0), 7200);
-  EXPECT_EQ(w.NextChange(7200), 14400);
-  EXPECT_EQ(w.NextChange(20000), 86400 + 7200);
+  EXPECT_FALSE(w.open(7199));
+  EXPECT_TRUE(w.open(7200));
+  EXPECT_TRUE(w.open(86400 + 14399));
+  EXPECT_FALSE(w.open(14400));
+  EXPECT_EQ(w.next_change(0), 7200);
+  EXPECT_EQ(w.next_change(7200), 14400);
+  EXPECT_EQ(w.next_change(20000), 86400 + 7200);
   // Wrapping past the period's end: off from 22:00 to 06:00.
   w.from_s = 79200;
   w.to_s = 21600;
-  EXPECT_TRUE(w.Open(80000));
-  EXPECT_TRUE(w.Open(86400 + 100));
-  EXPECT_FALSE(w.Open(50000));
-  EXPECT_EQ(w.NextChange(80000), 86400 + 21600);
+  EXPECT_TRUE(w.open(80000));
+  EXPECT_TRUE(w.open(86400 + 100));
+  EXPECT_FALSE(w.open(50000));
+  EXPECT_EQ(w.next_change(80000), 86400 + 21600);
   PolicyOptions p;
   for (const char* bad : {R"({"suspend":{"class":"low","from_s":5,"to_s":5,"period_s":10}})",
                           R"({"suspend":{"class":"lowest","from_s":1,"to_s":5,"period_s":10}})",

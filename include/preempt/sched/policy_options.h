@@ -47,8 +47,8 @@ struct SuspendWindow {
   PriorityClass cls = PriorityClass::kLow;
   double from_s = 0, to_s = 0;
   double period_s = 86400;
-  bool Open(double now) const;
-  double NextChange(double now) const;  // the first time after `now` at which Open() changes
+  bool open(double now) const;
+  double next_change(double now) const;  // the first time after `now` at which open() changes
 };
 
 struct PolicyOptions {
