@@ -12,7 +12,7 @@ void RefillHeadroom(PassState* pass, ClusterRules* rules, const VictimCosts& cos
   int deficit = p.reserve - p.free_sum() - p.leaving_unclaimed;
   if (!p.hint || !p.cfg.refill_headroom || deficit <= 0) return;
   const std::vector<Job>& jobs = p.jobs;
-  const std::vector<VictimCost>& cost_of = costs.ordinary();
+  const CostView cost_of = costs.ordinary();
   std::vector<std::pair<double, int>> cands;  // (class-major cost per GPU, job)
   for (int node = 0; node < p.n_nodes; ++node) {
     for (int vi : p.running_on[node]) {

@@ -31,8 +31,11 @@ const char kUsage[] =
     "                         [--alibaba-overload X] [--seed N] [--jobs N] [--nodes N] [--gpus-per-node G]\n"
     "                         [--load X] [--policies fcfs,k8s,hint-norules,hint] [--policy-json JSON]\n"
     "                         [--grace S (0 = sized from hints; default 30)] [--naive]\n"
-    "                         [--csv OUT.csv] [--write-trace OUT.csv]\n"
-    "  preempt-sched plan (--snapshot FILE | --k8s PODS.json [--gpus-per-node G]) [--policy NAME]\n"
+    "                         [--csv OUT.csv] [--json OUT.json] [--write-trace OUT.csv (with --policies none:\n"
+    "                         write the trace only)]\n"
+    "                         [--progress S (default 5; 0 = off)]\n"
+    "  preempt-sched plan (--snapshot FILE | --k8s PODS.json [--k8s-nodes NODES.json] [--gpus-per-node G])\n"
+    "                     [--policy NAME]\n"
     "                     [--policy-json JSON] [--json]\n"
     "  preempt-sched run --spec FILE [--slots N] [--work-dir DIR] [--events FILE] [--timeout S]\n"
     "Policies: fcfs (no preemption), k8s (default kube-scheduler victim order, evict now),\n"
@@ -72,7 +75,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       return false;
     }
     s = s.substr(2);
-    if (s == "json" || s == "help" || s == "naive") {
+    if (s == "help" || s == "naive" || (s == "json" && a->cmd != "simulate")) {  // simulate --json takes a file
       a->kv[s] = "1";
     } else if (i + 1 < argc) {
       a->kv[s] = argv[++i];
@@ -115,6 +118,26 @@ bool MakePolicy(const std::string& name, const Args& a, PolicyOptions* p) {
   return true;
 }
 
+// simulate --json: a few headline metrics and the bill per queue of each policy's run.
+Status WriteRunsJson(const std::string& path, const std::string& trace, const std::vector<SimMetrics>& rows) {
+  std::ofstream o(path);
+  std::string name;  // the trace's name is a path for CSV traces
+  for (char ch : trace) {
+    if (ch == '"' || ch == '\\') name += '\\';
+    if (static_cast<unsigned char>(ch) >= 0x20) name += ch;
+  }
+  o << "{\"trace\":\"" << name << "\",\"runs\":[";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SimMetrics& m = rows[i];
+    o << (i ? "," : "") << "{\"policy\":\"" << m.policy << "\",\"jobs\":" << m.jobs << ",\"completed\":" << m.completed
+      << ",\"high_wait_p95_s\":" << m.high_wait_p95_s << ",\"lost_gpu_hours\":" << m.lost_gpu_hours
+      << ",\"preemptions\":" << m.preemptions << ",\"bill\":" << BillJson(m) << "}";
+  }
+  o << "]}\n";
+  if (!o) return Status(StatusCode::kIoError, "write " + path);
+  return Status::OK();
+}
+
 int Simulate(const Args& a) {
   Trace trace;
   std::string which = a.get("trace", "synthetic");
@@ -151,6 +174,7 @@ int Simulate(const Args& a) {
   if (a.has("write-trace")) {
     Status s = WriteTraceCsv(a.get("write-trace"), trace);
     if (!s.ok()) return Fail(s);
+    if (a.get("policies") == "none") return 0;  // only the trace (e.g. --jobs 100000 for a large one)
   }
   int gpus = 0;
   for (auto& n : trace.nodes) gpus += n.gpus;
@@ -159,28 +183,44 @@ int Simulate(const Args& a) {
   printf("offered demand: peak %d GPUs (high %d); high-priority demand alone above the cluster for %.1f h (%.1f GPU-h)\n",
          d.peak_gpus, d.peak_gpus_by_class[static_cast<int>(PriorityClass::kHigh)], d.high_over_capacity_s / 3600,
          d.high_excess_gpu_s / 3600);
+  fflush(stdout);  // before the progress lines on stderr
   SimOptions so;
   so.grace_period_s = a.num("grace", so.grace_period_s);
   so.sigterm_saves = !a.has("naive");
   if (so.grace_period_s < 0) return Fail(Status(StatusCode::kInvalidArgument, "--grace: must be >= 0 (0 = sized)"));
+  so.progress_every_s = a.num("progress", 5);
+  if (!(so.progress_every_s >= 0 && so.progress_every_s <= 86400))
+    return Fail(Status(StatusCode::kInvalidArgument, "--progress: seconds in [0, 86400] (0 = off)"));
   std::vector<SimMetrics> rows;
   std::string csv = MetricsCsvHeader();
   int rc = 0;
   for (const auto& name : Split(a.get("policies", "fcfs,k8s,hint-norules,hint"), ',')) {
     PolicyOptions p;
     if (!MakePolicy(name, a, &p)) return 2;
+    if (so.progress_every_s > 0) {
+      so.progress = [&name](const SimProgress& g) {
+        fprintf(stderr, "%s: %d of %d jobs submitted, %d finished, %d pending; simulated %.1f h in %.1f s%s\n",
+                name.c_str(), g.arrived, g.jobs, g.finished, g.pending, g.sim_time_s / 3600, g.wall_s,
+                g.done ? " (done)" : "");
+      };
+    }
     SimResult r;
     Status s = Simulate(trace, p, so, &r);
     if (!s.ok()) return Fail(s);
     r.metrics.policy = name;
     for (const auto& v : r.violations) {
       fprintf(stderr, "preempt-sched: %s: %s\n", name.c_str(), v.c_str());
-      if (v.find("skipped") == std::string::npos) rc = 1;
+      rc = 1;
     }
     rows.push_back(r.metrics);
     csv += MetricsCsvRow(trace.name, r.metrics);
   }
   printf("%s", MetricsTable(trace.name, rows).c_str());
+  printf("bill per queue (GPU-hours held, priced per class by gpu_hour_price):\n%s", BillTable(rows).c_str());
+  if (a.has("json")) {
+    Status js = WriteRunsJson(a.get("json"), trace.name, rows);
+    if (!js.ok()) return Fail(js);
+  }
   if (a.has("csv")) {
     std::ofstream o(a.get("csv"));
     o << csv;
@@ -190,13 +230,18 @@ int Simulate(const Args& a) {
 }
 
 int Plan(const Args& a) {
+  if (a.has("k8s-nodes") && !a.has("k8s")) {
+    fprintf(stderr, "preempt-sched plan: --k8s-nodes goes with --k8s\n");
+    return 2;
+  }
   ClusterState st;
   std::vector<std::string> notes;
   Status s;
   if (a.has("snapshot")) {
     s = LoadSnapshot(a.get("snapshot"), &st, &notes);
   } else if (a.has("k8s")) {
-    s = LoadK8sPodList(a.get("k8s"), static_cast<int>(a.num("gpus-per-node", 8)), a.num("now", NowUnix()), &st, &notes);
+    s = LoadK8sPodList(a.get("k8s"), a.get("k8s-nodes"), static_cast<int>(a.num("gpus-per-node", 8)),
+                       a.num("now", NowUnix()), &st, &notes);
   } else {
     fprintf(stderr, "%s", kUsage);
     return 2;
@@ -239,8 +284,8 @@ int Run(const Args& a) {
 bool KnownFlags(const Args& a) {
   static const std::map<std::string, std::vector<std::string>> flags = {
       {"simulate", {"trace", "alibaba-dir", "alibaba-gpus", "alibaba-overload", "seed", "jobs", "nodes", "gpus-per-node",
-                    "load", "policies", "policy-json", "grace", "naive", "csv", "write-trace"}},
-      {"plan", {"snapshot", "k8s", "gpus-per-node", "now", "policy", "policy-json", "json"}},
+                    "load", "policies", "policy-json", "grace", "naive", "csv", "json", "write-trace", "progress"}},
+      {"plan", {"snapshot", "k8s", "k8s-nodes", "gpus-per-node", "now", "policy", "policy-json", "json"}},
       {"run", {"spec", "slots", "work-dir", "events", "timeout"}},
   };
   auto cmd = flags.find(a.cmd);

@@ -41,7 +41,7 @@ std::vector<int> Mover::lower_victims(int node, const Job& j) const {
     if (rules_.in_min_runtime(v, /*overridden=*/false, /*note_release=*/false)) continue;
     out.push_back(vi);
   }
-  const std::vector<VictimCost>& hc = costs_.for_high(j.gpus);
+  const CostView hc = costs_.for_high(j.gpus);
   std::sort(out.begin(), out.end(), [&](int a, int b) {
     if (jobs[a].cls != jobs[b].cls) return jobs[a].cls < jobs[b].cls;
     double ca = hc[a].lost_gpu_s / jobs[a].gpus, cb = hc[b].lost_gpu_s / jobs[b].gpus;
@@ -67,7 +67,7 @@ Mover::Cand Mover::candidate(int node, const Job& j) const {
   for (int vi : p_.running_on[node])
     if (movable(vi, j)) mov.push_back(vi), mov_g += jobs[vi].gpus;
   if (avail + low_g + mov_g < j.gpus) return c;
-  const std::vector<VictimCost>& ordinary = costs_.ordinary();
+  const CostView ordinary = costs_.ordinary();
   std::sort(mov.begin(), mov.end(), [&](int a, int b) {
     double ca = ordinary[a].lost_gpu_s / jobs[a].gpus, cb = ordinary[b].lost_gpu_s / jobs[b].gpus;
     if (ca != cb) return ca < cb;
@@ -104,7 +104,7 @@ const std::vector<const Mover::DestOption*>& Mover::Destinations(
     dc.version.assign(p_.n_nodes, -1);
     dc.entry.resize(p_.n_nodes);
   }
-  const std::vector<VictimCost>& hc = costs_.for_high(gpus);
+  const CostView hc = costs_.for_high(gpus);
   for (int node = 0; node < p_.n_nodes; ++node) {
     if (dc.version[node] != p_.node_version(node)) {
       dc.version[node] = p_.node_version(node);

@@ -3,15 +3,18 @@
 #include <algorithm>
 #include <cmath>
 
+#include "job_index.h"
+
 namespace preempt::sched {
 
-PassState::PassState(const ClusterState& state, const PolicyOptions& config)
+PassState::PassState(const ClusterState& state, const PolicyOptions& config, const JobIndex* job_index)
     : st(state),
       cfg(config),
       jobs(state.jobs),
       now(state.now),
       hint(config.kind == PolicyKind::kHintAware),
       n_nodes(static_cast<int>(state.nodes.size())),
+      index(job_index),
       running_on(n_nodes),
       leaving_on(n_nodes, 0),
       chosen(state.jobs.size(), 0),
@@ -22,7 +25,14 @@ PassState::PassState(const ClusterState& state, const PolicyOptions& config)
     total_gpus += st.nodes[i].gpus;
     max_node = std::max(max_node, st.nodes[i].gpus);
   }
-  for (int i = 0; i < static_cast<int>(jobs.size()); ++i) {
+  // Jobs that hold GPUs, ascending (pending ones are skipped below unless they hold a move).
+  std::vector<int> all;
+  if (!index) {
+    all.resize(jobs.size());
+    for (size_t i = 0; i < jobs.size(); ++i) all[i] = static_cast<int>(i);
+  }
+  const std::vector<int>& holders = index ? index->placed() : all;
+  for (int i : holders) {
     const Job& j = jobs[i];
     if (j.phase == JobPhase::kPending || j.node < 0 || j.node >= n_nodes) continue;
     free_[j.node] -= j.gpus;
@@ -31,19 +41,22 @@ PassState::PassState(const ClusterState& state, const PolicyOptions& config)
     else leaving_on[j.node] += j.gpus;
   }
   // Jobs being moved (or moved and not yet restarted) hold their GPUs on the node they restart on.
-  for (const Job& j : jobs) {
+  for (int i : holders) {
+    const Job& j = jobs[i];
     if (j.move_to >= 0 && j.move_to < n_nodes && j.phase != JobPhase::kRunning) free_[j.move_to] -= j.gpus;
   }
   for (int i = 0; i < n_nodes; ++i) {
     if (free_[i] > 0) by_free_.emplace(free_[i], i);
     free_sum_ += std::max(0, free_[i]);
   }
+  if (cfg.kind != PolicyKind::kFcfs && cfg.suspend.open(now)) suspended[static_cast<int>(cfg.suspend.cls)] = true;
   if (hint) {
     nonhigh_cap = total_gpus - std::floor(cfg.reserved_headroom * total_gpus);
     low_share = std::floor(cfg.low_guaranteed_share * total_gpus);
     reserve = static_cast<int>(std::floor(cfg.reserved_headroom * total_gpus));
   }
-  for (const Job& j : jobs) {
+  for (int i : holders) {
+    const Job& j = jobs[i];
     if ((j.phase == JobPhase::kCheckpointing || j.phase == JobPhase::kEvicting) && j.preemptor.empty())
       leaving_unclaimed += j.gpus;
   }
@@ -73,6 +86,8 @@ void PassState::start(int ji, int node, std::string reason) {
   out.actions.push_back(std::move(a));
   set_free(node, free_[node] - j.gpus);
   placed_by_class[static_cast<int>(j.cls)] += j.gpus;
+  // A class with a suspension window: decide again when the window opens.
+  if (cfg.suspend.on && cfg.kind != PolicyKind::kFcfs && j.cls == cfg.suspend.cls) recheck(cfg.suspend.next_change(now));
 }
 
 void PassState::evict(JobAction a) {

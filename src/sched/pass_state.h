@@ -17,11 +17,14 @@
 
 namespace preempt::sched {
 
+class JobIndex;
+
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 class PassState {
  public:
-  PassState(const ClusterState& state, const PolicyOptions& config);
+  // With `index` (job_index.h), only the jobs holding GPUs are read here.
+  PassState(const ClusterState& state, const PolicyOptions& config, const JobIndex* index = nullptr);
 
   const ClusterState& st;
   const PolicyOptions& cfg;
@@ -29,6 +32,7 @@ class PassState {
   const double now;
   const bool hint;  // cfg.kind == kHintAware: the hint-aware rules apply
   const int n_nodes;
+  const JobIndex* const index;  // null: every job is read
   int total_gpus = 0, max_node = 0;
 
   // Running jobs per node (job indices), and GPUs of jobs checkpointing or evicting there.
@@ -42,6 +46,8 @@ class PassState {
   int leaving_unclaimed = 0;
   // Cluster limits from the configuration (hint-aware only; whole GPUs: the reserve rounds down,
   // so a one-slot machine reserves nothing).
+  // Classes in their suspension window now (PolicyOptions::suspend; never under FCFS).
+  bool suspended[kNumClasses] = {false, false, false};
   double nonhigh_cap = kInf;
   double low_share = 0;
   int reserve = 0;

@@ -27,6 +27,12 @@ Awaiting EvictCheckpointedVictims(PassState* pass);
 // arrival starts at once instead of waiting for a save.
 void RefillHeadroom(PassState* pass, ClusterRules* rules, const VictimCosts& costs);
 
+// PolicyOptions::suspend: while its class's window is open, the class's running jobs are preempted
+// (each the way the policy's victim cost says; nobody waits for their GPUs) and a recheck is asked
+// for when the window closes; while it is shut, a recheck when it next opens if the class runs.
+// (Its pending jobs are held back by the placement.)
+void SuspendInWindow(PassState* pass, const VictimCosts& costs);
+
 // A WaitEstimate for every high job left pending (waiting for victims, then blocked), with a
 // suggestion when the estimate passes wait_alert_s.
 void EstimateWaits(PassState* pass, const ClusterRules& rules);

@@ -213,15 +213,100 @@ Status ParseSnapshot(const std::string& text, const std::string& path, const std
   return Status::OK();
 }
 
+namespace {
+
+// A pod's class: from spec.priority (what Kubernetes resolved from its PriorityClass; thresholds as
+// in examples/k8s/priorityclasses.yaml: >= 1000000 high, >= 100 medium), else from an exact
+// PriorityClass name (preempt-high|medium|low or high|medium|low), else low, noted.
+Status PodClass(const rapidjson::Value& spec, const std::string& what, PriorityClass* out,
+                std::vector<std::string>* notes) {
+  const std::string pc = Str(spec, "priorityClassName");
+  if (spec.IsObject() && spec.HasMember("priority")) {
+    const rapidjson::Value& v = spec["priority"];
+    if (!v.IsNumber() || !std::isfinite(v.GetDouble()))
+      return Status(StatusCode::kCorruption, what + ": field 'spec.priority': not a number");
+    const double prio = v.GetDouble();
+    *out = prio >= 1000000 ? PriorityClass::kHigh : prio >= 100 ? PriorityClass::kMedium : PriorityClass::kLow;
+    return Status::OK();
+  }
+  for (PriorityClass c : {PriorityClass::kLow, PriorityClass::kMedium, PriorityClass::kHigh}) {
+    const std::string name = PriorityClassName(c);
+    if (pc == name || pc == "preempt-" + name) {
+      *out = c;
+      return Status::OK();
+    }
+  }
+  *out = PriorityClass::kLow;
+  if (!pc.empty()) notes->push_back(what + ": priority class '" + pc + "' has no spec.priority here; treated as low");
+  return Status::OK();
+}
+
+}  // namespace
+
 Status LoadK8sPodList(const std::string& path, int gpus_per_node, double now, ClusterState* out,
                       std::vector<std::string>* notes) {
+  return LoadK8sPodList(path, "", gpus_per_node, now, out, notes);
+}
+
+Status LoadK8sPodList(const std::string& path, const std::string& nodes_path, int gpus_per_node, double now,
+                      ClusterState* out, std::vector<std::string>* notes) {
+  std::vector<Node> nodes;
+  if (!nodes_path.empty()) {
+    std::string node_text;
+    PREEMPT_RETURN_IF_ERROR(ReadText(nodes_path, &node_text));
+    PREEMPT_RETURN_IF_ERROR(ParseK8sNodeList(node_text, nodes_path, &nodes));
+  }
   std::string text;
   PREEMPT_RETURN_IF_ERROR(ReadText(path, &text));
-  return ParseK8sPodList(text, path, gpus_per_node, now, /*read_hints_files=*/true, out, notes);
+  return ParseK8sPodList(text, path, gpus_per_node, now, /*read_hints_files=*/true, nodes, out, notes);
+}
+
+Status ParseK8sNodeList(const std::string& text, const std::string& path, std::vector<Node>* out) {
+  rapidjson::Document doc;
+  PREEMPT_RETURN_IF_ERROR(Parse(text, "node list " + path, &doc));
+  auto items = doc.FindMember("items");
+  if (items == doc.MemberEnd() || !items->value.IsArray())
+    return Status(StatusCode::kCorruption, "node list " + path + ": field 'items': expected an array");
+  std::vector<Node> nodes;
+  std::set<std::string> names;
+  for (const auto& item : items->value.GetArray()) {
+    const rapidjson::Value empty(rapidjson::kObjectType);
+    auto member = [&](const rapidjson::Value& o, const char* k) -> const rapidjson::Value& {
+      if (!o.IsObject()) return empty;
+      auto it = o.FindMember(k);
+      return it == o.MemberEnd() ? empty : it->value;
+    };
+    const std::string name = Str(member(item, "metadata"), "name");
+    if (name.empty()) return Status(StatusCode::kCorruption, "node list " + path + ": field 'metadata.name': missing");
+    if (!names.insert(name).second)
+      return Status(StatusCode::kCorruption, "node list " + path + ": node " + name + " twice");
+    // What the scheduler may place (allocatable), else what the node has.
+    const auto& status = member(item, "status");
+    const char* field = "status.allocatable";
+    const rapidjson::Value* res = &member(status, "allocatable");
+    if (!res->IsObject() || !res->HasMember("nvidia.com/gpu")) {
+      field = "status.capacity";
+      res = &member(status, "capacity");
+    }
+    double g = 0;
+    if (res->IsObject() && res->HasMember("nvidia.com/gpu") &&
+        (!Num(*res, "nvidia.com/gpu", &g) || !WholeInRange(g, 0, kMaxGpus)))
+      return Status(StatusCode::kCorruption, "node list " + path + ": node " + name + ": field '" + field +
+                                                 ".nvidia.com/gpu': not a whole number in [0, 65536]");
+    if (g >= 1) nodes.push_back({name, static_cast<int>(g)});
+  }
+  *out = std::move(nodes);
+  return Status::OK();
 }
 
 Status ParseK8sPodList(const std::string& text, const std::string& path, int gpus_per_node, double now,
                        bool read_hints_files, ClusterState* out, std::vector<std::string>* notes) {
+  return ParseK8sPodList(text, path, gpus_per_node, now, read_hints_files, {}, out, notes);
+}
+
+Status ParseK8sPodList(const std::string& text, const std::string& path, int gpus_per_node, double now,
+                       bool read_hints_files, const std::vector<Node>& nodes, ClusterState* out,
+                       std::vector<std::string>* notes) {
   if (gpus_per_node < 1 || gpus_per_node > kMaxGpus)
     return Status(StatusCode::kInvalidArgument, "pod list " + path + ": GPUs per node must be in [1, 65536]");
   rapidjson::Document doc;
@@ -231,6 +316,7 @@ Status ParseK8sPodList(const std::string& text, const std::string& path, int gpu
     return Status(StatusCode::kCorruption, "pod list " + path + ": field 'items': expected an array");
   ClusterState st;
   st.now = now;
+  st.nodes = nodes;  // with a node list, idle nodes are known too
   std::set<std::string> ids;
   std::vector<int> used;
   for (const auto& pod : items->value.GetArray()) {
@@ -256,8 +342,9 @@ Status ParseK8sPodList(const std::string& text, const std::string& path, int gpu
     if (containers.IsArray()) {
       for (const auto& c : containers.GetArray()) {
         double g = 0;
-        if (Num(member(member(c, "resources"), "limits"), "nvidia.com/gpu", &g)) {
-          if (!WholeInRange(g, 0, kMaxGpus))
+        const auto& limits = member(member(c, "resources"), "limits");
+        if (limits.IsObject() && limits.HasMember("nvidia.com/gpu")) {
+          if (!Num(limits, "nvidia.com/gpu", &g) || !WholeInRange(g, 0, kMaxGpus))
             return Status(StatusCode::kCorruption, "pod list " + path + ": pod " + j.id +
                                                        ": field 'resources.limits.nvidia.com/gpu': not a whole "
                                                        "number in [0, 65536]");
@@ -271,23 +358,22 @@ Status ParseK8sPodList(const std::string& text, const std::string& path, int gpu
     if (!ids.insert(j.id).second)
       return Status(StatusCode::kCorruption, "pod list " + path + ": pod " + j.id + " twice");
     j.gpus = static_cast<int>(gpus);
-    std::string pc = Str(spec, "priorityClassName");
-    double prio = 0;
-    if (pc.find("high") != std::string::npos) j.cls = PriorityClass::kHigh;
-    else if (pc.find("medium") != std::string::npos) j.cls = PriorityClass::kMedium;
-    else if (pc.find("low") != std::string::npos) j.cls = PriorityClass::kLow;
-    else if (Num(spec, "priority", &prio) && std::isfinite(prio)) j.cls = prio >= 1000000 ? PriorityClass::kHigh : prio >= 100 ? PriorityClass::kMedium : PriorityClass::kLow;
+    PREEMPT_RETURN_IF_ERROR(PodClass(spec, "pod list " + path + ": pod " + j.id, &j.cls, notes));
     ParseRfc3339(Str(meta, "creationTimestamp"), &j.submit_time);
     std::string node = Str(spec, "nodeName");
     if (phase == "Running" && !node.empty()) {
       j.phase = JobPhase::kRunning;
-      j.node = NodeIndex(&st, node, gpus_per_node);
+      j.node = NodeIndex(&st, node, nodes.empty() ? gpus_per_node : 0);
+      if (j.node < 0)
+        return Status(StatusCode::kCorruption, "pod list " + path + ": pod " + j.id + ": field 'spec.nodeName': node " +
+                                                   node + " is not a GPU node of the node list");
       used.resize(st.nodes.size(), 0);
       used[j.node] += j.gpus;
-      if (used[j.node] > gpus_per_node)
+      if (used[j.node] > st.nodes[j.node].gpus)
         return Status(StatusCode::kCorruption, "pod list " + path + ": pod " + j.id + ": node " + node + " would hold " +
                                                    std::to_string(used[j.node]) + " GPUs of " +
-                                                   std::to_string(gpus_per_node) + " (--gpus-per-node)");
+                                                   std::to_string(st.nodes[j.node].gpus) +
+                                                   (nodes.empty() ? " (--gpus-per-node)" : " (node list)"));
       if (!ParseRfc3339(Str(status, "startTime"), &j.start_time)) j.start_time = j.submit_time;
     }
     std::string inl = Str(ann, "preempt.dev/hints");

@@ -4,9 +4,11 @@
 #include <vector>
 
 #include "cluster_rules.h"
+#include "job_index.h"
 #include "moves.h"
 #include "pass_state.h"
 #include "pass_steps.h"
+#include "pending_walk.h"
 #include "reasons.h"
 #include "victim_cost.h"
 #include "victim_search.h"
@@ -56,12 +58,18 @@ class Placer {
       p_.block(ji, why);
     }
   }
+  const int* searches() const { return &searches_; }
 
  private:
   // Done with ji for this pass without placing it: it can never fit, is in its cooldown, restarts
   // after a move, or waits for victims leaving for it (starting when they are gone).
   bool Waits(int ji) {
     const Job& j = p_.jobs[ji];
+    if (p_.suspended[static_cast<int>(j.cls)]) {  // its class is in its suspension window
+      p_.recheck(p_.cfg.suspend.next_change(p_.now));
+      p_.block(ji, WaitCause::kOther);
+      return true;
+    }
     if (j.gpus > p_.max_node || j.gpus <= 0) {  // can never fit
       p_.block(ji, WaitCause::kOther);
       return true;
@@ -254,17 +262,33 @@ double EstimatedLostWork(const Job& job, double now, const PolicyOptions& config
   return job.hints->lost_work_at(now);
 }
 
-Decisions Decide(const ClusterState& st, const PolicyOptions& cfg) {
-  PassState pass(st, cfg);
+namespace {
+
+Decisions DecideWith(const ClusterState& st, const JobIndex* index, const PolicyOptions& cfg) {
+  PassState pass(st, cfg, index);
   const Awaiting awaiting = EvictCheckpointedVictims(&pass);
   ClusterRules rules(&pass);
   const VictimCosts costs(st, cfg, pass.running_on);
+  SuspendInWindow(&pass, costs);
   Placer placer(&pass, &rules, &costs, &awaiting);
-  for (int ji : PendingOrder(st, cfg)) placer.place(ji);
+  if (index) {
+    PendingWalk walk(pass, rules, awaiting, *index, placer.searches());
+    for (int ji = walk.next(); ji >= 0; ji = walk.next()) placer.place(ji);
+  } else {
+    for (int ji : PendingOrder(st, cfg)) placer.place(ji);
+  }
   RefillHeadroom(&pass, &rules, costs);
   if (pass.min_runtime_release < kInf) pass.recheck(pass.min_runtime_release);
   EstimateWaits(&pass, rules);
   return std::move(pass.out);
+}
+
+}  // namespace
+
+Decisions Decide(const ClusterState& st, const PolicyOptions& cfg) { return DecideWith(st, nullptr, cfg); }
+
+Decisions DecideIndexed(const ClusterState& st, const JobIndex& index, const PolicyOptions& cfg) {
+  return DecideWith(st, &index, cfg);
 }
 
 }  // namespace preempt::sched

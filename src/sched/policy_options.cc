@@ -4,7 +4,9 @@
 #include <rapidjson/document.h>
 #include <rapidjson/error/en.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <functional>
 #include <sstream>
@@ -14,6 +16,7 @@ namespace {
 
 constexpr double kMaxSeconds = 1e9;
 constexpr int kMaxCount = 1000000;
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // A field: its description, how JSON sets it (false: the value is out of its range), and its
 // value as JSON text.
@@ -181,6 +184,51 @@ std::vector<Field> MakeFields() {
                       "a high job waits this long before moves are tried for it"));
   f.push_back(Seconds("wait_alert_s", "limits", &O::wait_alert_s,
                       "suggest action when a high job's estimated wait passes this"));
+  f.push_back({{"suspend", "schedule", "object or \"off\"",
+                "{\"class\": low|medium|high, \"from_s\", \"to_s\" in [0, period_s], \"period_s\" in [1, 1e9]} | \"off\"",
+                "suspend a class during [from_s, to_s) of every period of the clock: its running jobs are "
+                "checkpointed and preempted, its pending jobs wait; they resume when the window closes"},
+               [](const rapidjson::Value& v, O* o) {
+                 if (v.IsString() && std::string(v.GetString()) == "off") {
+                   o->suspend.on = false;
+                   return true;
+                 }
+                 if (!v.IsObject() || v.MemberCount() != 4) return false;
+                 SuspendWindow w;
+                 w.on = true;
+                 auto num = [&](const char* k, double lo, double hi, double* out) {
+                   if (!v.HasMember(k) || !v[k].IsNumber() || !(v[k].GetDouble() >= lo && v[k].GetDouble() <= hi))
+                     return false;
+                   *out = v[k].GetDouble();
+                   return true;
+                 };
+                 if (!v.HasMember("class") || !v["class"].IsString() || !ParsePriorityClass(v["class"].GetString(), &w.cls))
+                   return false;
+                 if (!num("period_s", 1, kMaxSeconds, &w.period_s) || !num("from_s", 0, w.period_s, &w.from_s) ||
+                     !num("to_s", 0, w.period_s, &w.to_s) || w.from_s == w.to_s)
+                   return false;
+                 o->suspend = w;
+                 return true;
+               },
+               [](const O& o) {
+                 if (!o.suspend.on) return std::string("\"off\"");
+                 return "{\"class\":\"" + std::string(PriorityClassName(o.suspend.cls)) + "\",\"from_s\":" +
+                        NumText(o.suspend.from_s) + ",\"to_s\":" + NumText(o.suspend.to_s) +
+                        ",\"period_s\":" + NumText(o.suspend.period_s) + "}";
+               }});
+  f.push_back({{"gpu_hour_price", "accounting", "[low, medium, high]", "numbers in [0, 1e9]",
+                "price of one GPU-hour held by each class, for the simulator's bill per queue"},
+               [](const rapidjson::Value& v, O* o) {
+                 if (!v.IsArray() || v.Size() != kNumClasses) return false;
+                 for (int i = 0; i < kNumClasses; ++i)
+                   if (!v[i].IsNumber() || !(v[i].GetDouble() >= 0 && v[i].GetDouble() <= kMaxSeconds)) return false;
+                 for (int i = 0; i < kNumClasses; ++i) o->gpu_hour_price[i] = v[i].GetDouble();
+                 return true;
+               },
+               [](const O& o) {
+                 return "[" + NumText(o.gpu_hour_price[0]) + "," + NumText(o.gpu_hour_price[1]) + "," +
+                        NumText(o.gpu_hour_price[2]) + "]";
+               }});
   f.push_back(Count("max_preemptors_per_pass", "limits", &O::max_preemptors_per_pass,
                     "bound on victim searches per decision pass"));
   return f;
@@ -255,6 +303,21 @@ std::string PolicyFieldsMarkdown() {
       << f.doc.help << " |\n";
   }
   return o.str();
+}
+
+bool SuspendWindow::open(double now) const {
+  if (!on) return false;
+  const double phase = now - std::floor(now / period_s) * period_s;
+  return from_s < to_s ? phase >= from_s && phase < to_s : phase >= from_s || phase < to_s;
+}
+
+double SuspendWindow::next_change(double now) const {
+  const double base = std::floor(now / period_s) * period_s;
+  double next = kInfinity;
+  for (double edge : {from_s, to_s})
+    for (double at : {base + edge, base + period_s + edge})
+      if (at > now) next = std::min(next, at);
+  return next;
 }
 
 // ---- presets ------------------------------------------------------------------------------

@@ -46,15 +46,23 @@ const char* HowText(const VictimCost& vc) {
   }
 }
 
+namespace {
+// Whom a leaving victim's GPUs go to: its preemptor, or nobody yet (a headroom refill, a
+// suspension window).
+std::string ForWhom(const Job& v) {
+  return v.preemptor.empty() ? "(no job waits for its GPUs)" : "for " + v.preemptor;
+}
+}  // namespace
+
 std::string CommittedReason(const Job& v, bool kill_now) {
-  return Fmt("checkpoint request %lld acknowledged, commit at step %lld is durable; %s for %s",
+  return Fmt("checkpoint request %lld acknowledged, commit at step %lld is durable; %s %s",
              static_cast<long long>(v.request_id), static_cast<long long>(v.hints->last_commit.step),
-             kill_now ? "killing now" : "evicting", v.preemptor.c_str());
+             kill_now ? "killing now" : "evicting", ForWhom(v).c_str());
 }
 
 std::string DeadlineReason(const Job& v, double deadline_s) {
-  return Fmt("checkpoint request %lld not committed within %.0f s deadline; evicting now for %s",
-             static_cast<long long>(v.request_id), deadline_s, v.preemptor.c_str());
+  return Fmt("checkpoint request %lld not committed within %.0f s deadline; evicting now %s",
+             static_cast<long long>(v.request_id), deadline_s, ForWhom(v).c_str());
 }
 
 std::string SearchVictimReason(const PassState& p, int vi, const Job& j, int node, int count, const VictimCost& vc) {

@@ -87,4 +87,7 @@ void FinishMetrics(const std::vector<SimJob>& jobs, const std::vector<std::array
                    double end, double first_submit, int total_gpus, double decide_total_us, const SimOptions& opt,
                    SimResult* res);
 
+// res->metrics.bill from the jobs' GPU time up to `end` (sim_bill.cc).
+void FinishBill(const std::vector<SimJob>& jobs, double end, const PolicyOptions& policy, SimMetrics* m);
+
 }  // namespace preempt::sched

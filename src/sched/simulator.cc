@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "job_index.h"
 #include "preempt/sched/executor.h"
 #include "sim_job.h"
 
@@ -37,13 +38,17 @@ class Simulation final : public Executor {
   void trim_history();
   void attribute_waits(const Decisions& d);
   void check_capacity();
+  void reindex(int active) {
+    if (opt_.indexed) index_.add(cs_.jobs, active);
+  }
+  void progress(bool last);
 
   const Trace& trace_;
   const PolicyOptions& policy_;
   const SimOptions& opt_;
   SimResult& res_;
   SimMetrics& m_;
-  int total_gpus_ = 0, max_node_ = 0;
+  int total_gpus_ = 0;
   std::vector<SimJob> sj_;
   ClusterState cs_;
   std::vector<int> used_;
@@ -56,16 +61,25 @@ class Simulation final : public Executor {
   // the time until the next event.
   std::vector<std::array<double, SimMetrics::kCauses>> wait_by_;
   std::vector<std::pair<int, int>> waiting_now_;  // (sim job, cause slot)
+  JobIndex index_;  // cs_.jobs by phase (SimOptions::indexed)
+  // FCFS, indexed: every pending high job is blocked (cause "other") until it starts; its wait is
+  // charged at its start from the clock of waited time since its arrival (pending high jobs
+  // passed over by the indexed pass are not listed in Decisions::waits).
+  bool fcfs_lazy_ = false;
+  double waited_clock_ = 0;
+  std::vector<double> other_from_;
+  std::chrono::steady_clock::time_point wall_start_ = std::chrono::steady_clock::now(), last_progress_ = wall_start_;
 };
 
 Simulation::Simulation(const Trace& trace, const PolicyOptions& policy, const SimOptions& opt, SimResult* res)
     : trace_(trace), policy_(policy), opt_(opt), res_(*res), m_(res->metrics), sj_(trace.jobs.size()),
       used_(trace.nodes.size(), 0), wait_by_(trace.jobs.size()) {
+  fcfs_lazy_ = opt.indexed && policy.kind == PolicyKind::kFcfs;
+  if (fcfs_lazy_) other_from_.assign(trace.jobs.size(), -1);
   m_.policy = PolicyKindName(policy.kind);
   m_.jobs = static_cast<int>(trace.jobs.size());
   for (const auto& n : trace.nodes) {
     total_gpus_ += n.gpus;
-    max_node_ = std::max(max_node_, n.gpus);
   }
   cs_.nodes = trace.nodes;
   for (size_t i = 0; i < trace.jobs.size(); ++i) {
@@ -74,10 +88,6 @@ Simulation::Simulation(const Trace& trace, const PolicyOptions& policy, const Si
     sj_[i].grace = opt.grace_period_s > 0
                        ? opt.grace_period_s
                        : opt.grace_factor * (tj.ckpt_drain_s + tj.ckpt_stall_s + tj.ckpt_persist_s) + opt.grace_extra_s;
-    if (tj.gpus > max_node_) {
-      res_.violations.push_back("job " + tj.id + " needs more GPUs than any node; skipped");
-      continue;
-    }
     push(tj.submit, EvType::kArrival, static_cast<int>(i), 0);
   }
 }
@@ -85,9 +95,12 @@ Simulation::Simulation(const Trace& trace, const PolicyOptions& policy, const Si
 void Simulation::deactivate(int i) {
   int a = sj_[i].active;
   int last = static_cast<int>(cs_.jobs.size()) - 1;
+  index_.remove(a);
   if (a != last) {
+    index_.remove(last);
     cs_.jobs[a] = std::move(cs_.jobs[last]);
     sj_[cs_.jobs[a].user].active = a;
+    reindex(a);
   }
   cs_.jobs.pop_back();
   sj_[i].active = -1;
@@ -142,6 +155,8 @@ void Simulation::handle(const Event& e) {
       j.user = e.job;
       s->active = static_cast<int>(cs_.jobs.size());
       cs_.jobs.push_back(std::move(j));
+      reindex(s->active);
+      if (fcfs_lazy_ && s->t->cls == PriorityClass::kHigh) other_from_[e.job] = waited_clock_;
       break;
     }
     case EvType::kFinish: {
@@ -173,6 +188,7 @@ void Simulation::handle(const Event& e) {
         s->preemptions++;
         m_.preemptions++;
       }
+      reindex(s->active);
       break;
     }
     case EvType::kWake:
@@ -183,8 +199,8 @@ void Simulation::handle(const Event& e) {
 
 // Exact, fresh hints for every placed job.
 void Simulation::refresh_hints() {
-  for (Job& j : cs_.jobs) {
-    if (j.phase == JobPhase::kPending) continue;
+  auto refresh = [this](Job& j) {
+    if (j.phase == JobPhase::kPending) return;
     const SimJob& s = sj_[j.user];
     if (!j.hints) j.hints.emplace();
     Hints& h = *j.hints;
@@ -203,6 +219,11 @@ void Simulation::refresh_hints() {
     h.last_commit.committed_at = s.commit_time(now_);
     h.step = static_cast<int64_t>(s.progress(now_));
     h.state = j.phase == JobPhase::kCheckpointing ? JobState::kCheckpointing : JobState::kTraining;
+  };
+  if (!opt_.indexed) {
+    for (Job& j : cs_.jobs) refresh(j);
+  } else {
+    for (int i : index_.placed()) refresh(cs_.jobs[i]);
   }
 }
 
@@ -241,6 +262,10 @@ Status Simulation::start(const Job& j, const JobAction& a) {
   s.seg_restore = s.p0 > 0 ? s.t->restore_s : 0;
   s.gen++;
   if (s.first_start < 0) s.first_start = now_;
+  if (fcfs_lazy_ && other_from_[i] >= 0) {
+    wait_by_[i][static_cast<int>(WaitCause::kOther)] += waited_clock_ - other_from_[i];
+    other_from_[i] = -1;
+  }
   push(now_ + s.seg_restore + (s.t->duration_s - s.p0), EvType::kFinish, i, s.gen);
   return Status::OK();
 }
@@ -302,12 +327,18 @@ Status Simulation::evict(const Job& j, const JobAction& a) {
 
 // Which pending high jobs wait, and why (victims leaving: saving or just exiting).
 void Simulation::attribute_waits(const Decisions& d) {
+  if (fcfs_lazy_) return;
   std::unordered_map<std::string, bool> saving_for;
-  for (const Job& j : cs_.jobs) {
-    if ((j.phase != JobPhase::kCheckpointing && j.phase != JobPhase::kEvicting) || j.preemptor.empty()) continue;
+  auto note = [&](const Job& j) {
+    if ((j.phase != JobPhase::kCheckpointing && j.phase != JobPhase::kEvicting) || j.preemptor.empty()) return;
     const SimJob& v = sj_[j.user];
     bool saving = j.phase == JobPhase::kCheckpointing || now_ < v.exit_at;
     saving_for[j.preemptor] = saving_for[j.preemptor] || saving;
+  };
+  if (opt_.indexed) {
+    for (int i : index_.placed()) note(cs_.jobs[i]);
+  } else {
+    for (const Job& j : cs_.jobs) note(j);
   }
   for (const WaitEstimate& w : d.waits) {
     if (w.job_index < 0 || w.job_index >= static_cast<int>(cs_.jobs.size())) continue;
@@ -339,6 +370,7 @@ void Simulation::run() {
     if (opt_.horizon_s > 0 && now_ > opt_.horizon_s) break;
     for (const auto& [i, slot] : waiting_now_) wait_by_[i][slot] += now_ - prev_now;
     waiting_now_.clear();
+    waited_clock_ += now_ - prev_now;
     prev_now = now_;
     while (!q_.empty() && q_.top().time == now_) {
       Event e = q_.top();
@@ -350,22 +382,44 @@ void Simulation::run() {
     cs_.now = now_;
     trim_history();
     auto t0 = std::chrono::steady_clock::now();
-    Decisions d = Decide(cs_, policy_);
+    Decisions d = opt_.indexed ? DecideIndexed(cs_, index_, policy_) : Decide(cs_, policy_);
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     m_.decisions++;
     decide_total_us_ += us;
     m_.decide_max_us = std::max(m_.decide_max_us, us);
     // The only refusal is a start of a job that is not pending: already recorded as a violation.
     (void)ExecuteDecisions(d, now_, this, &cs_, &next_request_).ok();
+    for (const JobAction& a : d.actions) reindex(a.job_index);
     attribute_waits(d);
     if (d.recheck_at < kSimInf && d.recheck_at > now_ && !wakes_.count(d.recheck_at)) {
       wakes_.insert(d.recheck_at);
       push(d.recheck_at, EvType::kWake, -1, 0);
     }
     if (opt_.check_invariants) check_capacity();
+    if (opt_.progress && (m_.decisions & 255) == 0) progress(false);
   }
+  for (size_t i = 0; i < other_from_.size(); ++i)
+    if (other_from_[i] >= 0) wait_by_[i][static_cast<int>(WaitCause::kOther)] += waited_clock_ - other_from_[i];
+  if (opt_.progress) progress(true);
   double end = opt_.horizon_s > 0 ? std::min(opt_.horizon_s, last_event_) : last_event_;
   FinishMetrics(sj_, wait_by_, end, first_submit_, total_gpus_, decide_total_us_, opt_, &res_);
+  FinishBill(sj_, end, policy_, &m_);
+}
+
+// A progress line every progress_every_s of wall time (and at the end).
+void Simulation::progress(bool last) {
+  auto t = std::chrono::steady_clock::now();
+  if (!last && std::chrono::duration<double>(t - last_progress_).count() < opt_.progress_every_s) return;
+  last_progress_ = t;
+  SimProgress p;
+  p.jobs = m_.jobs;
+  p.finished = m_.completed;
+  for (const SimJob& s : sj_) p.arrived += s.active >= 0 || s.finish >= 0;
+  for (const Job& j : cs_.jobs) p.pending += j.phase == JobPhase::kPending;
+  p.sim_time_s = now_ - (first_submit_ < kSimInf ? first_submit_ : now_);
+  p.wall_s = std::chrono::duration<double>(t - wall_start_).count();
+  p.done = last;
+  opt_.progress(p);
 }
 
 }  // namespace

@@ -183,14 +183,20 @@ Status ValidateTrace(const Trace& trace) {
   auto bad = [&](const std::string& m) { return Status(StatusCode::kInvalidArgument, "trace " + trace.name + ": " + m); };
   if (trace.nodes.empty()) return bad("no nodes");
   std::set<std::string> names;
+  int largest = 0;
   for (const auto& n : trace.nodes) {
     if (n.gpus < 0 || n.gpus > kMaxTraceGpus) return bad("node " + n.name + ": gpus out of range");
     if (!names.insert(n.name).second) return bad("node " + n.name + " twice");
+    largest = std::max(largest, n.gpus);
   }
   std::set<std::string> ids;
   for (const auto& j : trace.jobs) {
     if (!ids.insert(j.id).second) return bad("job " + j.id + " twice (job ids must be unique)");
     if (j.gpus < 1 || j.gpus > kMaxTraceGpus) return bad("job " + j.id + ": gpus out of range");
+    // It could never start: its waits would be unbounded, not zero.
+    if (j.gpus > largest)
+      return bad("job " + j.id + " needs " + std::to_string(j.gpus) + " GPUs on one node; the largest node has " +
+                 std::to_string(largest));
     for (double v : {j.submit, j.duration_s, j.ckpt_drain_s, j.ckpt_stall_s, j.ckpt_persist_s, j.restore_s})
       if (!(v >= 0 && v <= kMaxTraceSeconds)) return bad("job " + j.id + ": a time is negative, not finite or > 1e10 s");
     if (!(j.ckpt_interval_s >= 1 && j.ckpt_interval_s <= kMaxTraceSeconds))

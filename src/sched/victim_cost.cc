@@ -65,20 +65,29 @@ VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_hig
 
 VictimCosts::VictimCosts(const ClusterState& st, const PolicyOptions& cfg,
                          const std::vector<std::vector<int>>& running_on)
-    : lost_work_s_(st.jobs.size(), 0), ordinary_(st.jobs.size()), for_high_(st.jobs.size()) {
+    : slot_(st.jobs.size(), -1) {
   split_high_ = cfg.kind == PolicyKind::kHintAware && cfg.tolerable_wait_min_gpus > 1 && cfg.high_tolerable_wait != TolerableWait::kOff;
   min_gpus_ = cfg.tolerable_wait_min_gpus;
-  if (split_high_) for_small_high_.resize(st.jobs.size());
+  size_t running = 0;
+  for (const std::vector<int>& on_node : running_on) running += on_node.size();
+  lost_work_s_.resize(running, 0);
+  ordinary_.resize(running);
+  for_high_.resize(running);
+  if (split_high_) for_small_high_.resize(running);
   PolicyOptions small = cfg;  // high preemptors under min_gpus_: no tolerable-wait kills
   small.high_tolerable_wait = TolerableWait::kOff;
+  int k = 0;
   for (const std::vector<int>& on_node : running_on) {
     for (int vi : on_node) {
       const Job& v = st.jobs[vi];
-      lost_work_s_[vi] = EstimatedLostWork(v, st.now, cfg);
-      if (cfg.kind == PolicyKind::kFcfs) continue;
-      ordinary_[vi] = CostOf(v, st.now, cfg, false);
-      for_high_[vi] = CostOf(v, st.now, cfg, true);
-      if (split_high_) for_small_high_[vi] = CostOf(v, st.now, small, true);
+      slot_[vi] = k;
+      lost_work_s_[k] = EstimatedLostWork(v, st.now, cfg);
+      if (cfg.kind != PolicyKind::kFcfs) {
+        ordinary_[k] = CostOf(v, st.now, cfg, false);
+        for_high_[k] = CostOf(v, st.now, cfg, true);
+        if (split_high_) for_small_high_[k] = CostOf(v, st.now, small, true);
+      }
+      ++k;
     }
   }
 }

@@ -33,25 +33,46 @@ double TolerableWait(const Job& v, const PolicyOptions& config);
 // priority (the kill-now rules apply).
 VictimCost CostOf(const Job& v, double now, const PolicyOptions& config, bool for_high);
 
-// CostOf for every running job of one pass (indexed by job index; other entries are zero).
+// One CostOf variant for the running jobs of a pass, looked up by job index (a job that is not
+// running reads as a default VictimCost). Storage is per running job, so a pass with thousands of
+// pending jobs does not pay for them.
+class CostView {
+ public:
+  CostView(const std::vector<VictimCost>* dense, const std::vector<int>* slot) : dense_(dense), slot_(slot) {}
+  const VictimCost& operator[](int job) const {
+    static const VictimCost kNotRunning;
+    const int k = (*slot_)[job];
+    return k < 0 ? kNotRunning : (*dense_)[k];
+  }
+
+ private:
+  const std::vector<VictimCost>* dense_;
+  const std::vector<int>* slot_;
+};
+
+// CostOf for every running job of one pass, in the variants the victim search needs.
 class VictimCosts {
  public:
   VictimCosts(const ClusterState& state, const PolicyOptions& config,
               const std::vector<std::vector<int>>& running_on);
 
-  double lost_work_s(int job) const { return lost_work_s_[job]; }  // EstimatedLostWork
+  double lost_work_s(int job) const {  // EstimatedLostWork
+    const int k = slot_[job];
+    return k < 0 ? 0 : lost_work_s_[k];
+  }
   // For a preemptor below high priority (and for moved jobs).
-  const std::vector<VictimCost>& ordinary() const { return ordinary_; }
+  CostView ordinary() const { return {&ordinary_, &slot_}; }
   // For a high preemptor of `gpus` GPUs: preemptors under tolerable_wait_min_gpus wait for slow
   // savers (their costs leave the tolerable-wait kills out).
-  const std::vector<VictimCost>& for_high(int gpus) const {
-    return split_high_ && gpus < min_gpus_ ? for_small_high_ : for_high_;
+  CostView for_high(int gpus) const {
+    return {split_high_ && gpus < min_gpus_ ? &for_small_high_ : &for_high_, &slot_};
   }
-  const std::vector<VictimCost>& for_preemptor(const Job& j) const {
-    return j.cls == PriorityClass::kHigh ? for_high(j.gpus) : ordinary_;
+  CostView for_preemptor(const Job& j) const {
+    return j.cls == PriorityClass::kHigh ? for_high(j.gpus) : ordinary();
   }
 
  private:
+  std::vector<int> slot_;  // by job index: position in the vectors below, -1 when not running
   std::vector<double> lost_work_s_;
   std::vector<VictimCost> ordinary_, for_high_, for_small_high_;
   bool split_high_ = false;

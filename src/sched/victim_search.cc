@@ -64,7 +64,7 @@ void VictimSearch::kubernetes_order(const std::vector<int>& cand_in, int cand_gp
 // victims that turn out not to be needed dropped.
 void VictimSearch::cheapest_first(const Job& j, const std::vector<int>& cand, int need, Choice* c) const {
   const std::vector<Job>& jobs = p_.jobs;
-  const std::vector<VictimCost>& costs = costs_.for_preemptor(j);
+  const CostView costs = costs_.for_preemptor(j);
   std::vector<VictimCost> cand_cost;
   for (int vi : cand) cand_cost.push_back(costs[vi]);
   std::vector<int> order(cand.size());

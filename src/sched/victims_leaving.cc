@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <string>
 
+#include "job_index.h"
 #include "pass_steps.h"
 #include "reasons.h"
 
@@ -10,17 +11,30 @@ Awaiting EvictCheckpointedVictims(PassState* pass) {
   PassState& p = *pass;
   const std::vector<Job>& jobs = p.jobs;
   Awaiting out;
-  // Job index by id, only for jobs someone is waiting on (victims name their preemptor).
+  // Job index by id, only for jobs someone is waiting on (victims name their preemptor); with a
+  // JobIndex, its lookup and its list of jobs holding GPUs.
   std::unordered_map<std::string, int> index_of;
-  bool any_leaving = false;
-  for (const Job& j : jobs) any_leaving |= j.phase == JobPhase::kCheckpointing || j.phase == JobPhase::kEvicting;
-  for (int i = 0; any_leaving && i < static_cast<int>(jobs.size()); ++i)
-    if (jobs[i].phase == JobPhase::kPending) index_of.emplace(jobs[i].id, i);
-  for (int i = 0; i < static_cast<int>(jobs.size()); ++i) {
+  std::vector<int> leaving;
+  if (p.index) {
+    for (int i : p.index->placed())
+      if (jobs[i].phase == JobPhase::kCheckpointing || jobs[i].phase == JobPhase::kEvicting) leaving.push_back(i);
+  } else {
+    for (int i = 0; i < static_cast<int>(jobs.size()); ++i)
+      if (jobs[i].phase == JobPhase::kCheckpointing || jobs[i].phase == JobPhase::kEvicting) leaving.push_back(i);
+    for (int i = 0; !leaving.empty() && i < static_cast<int>(jobs.size()); ++i)
+      if (jobs[i].phase == JobPhase::kPending) index_of.emplace(jobs[i].id, i);
+  }
+  auto pending_index = [&](const std::string& id) {
+    if (p.index) {
+      const int k = p.index->find(id);
+      return k >= 0 && jobs[k].phase == JobPhase::kPending ? k : -1;
+    }
+    auto pre = index_of.find(id);
+    return pre != index_of.end() ? pre->second : -1;
+  };
+  for (int i : leaving) {
     const Job& v = jobs[i];
-    if (v.phase != JobPhase::kCheckpointing && v.phase != JobPhase::kEvicting) continue;
-    auto pre = index_of.find(v.preemptor);
-    const int for_index = pre != index_of.end() ? pre->second : -1;
+    const int for_index = pending_index(v.preemptor);
     if (for_index >= 0) {  // (only pending jobs are indexed)
       out.node[for_index] = v.node;
       double left = 0;  // expected time until this victim's commit is durable
@@ -29,7 +43,8 @@ Awaiting EvictCheckpointedVictims(PassState* pass) {
       double& w = out.left[for_index];
       w = std::max(w, left);
     }
-    if (v.phase != JobPhase::kCheckpointing) continue;
+    // FCFS never preempts: a job asked to checkpoint under another policy keeps running.
+    if (v.phase != JobPhase::kCheckpointing || p.cfg.kind == PolicyKind::kFcfs) continue;
     const bool acked = v.hints && v.hints->request_ack >= v.request_id;
     const double deadline = v.request_time + p.cfg.checkpoint_deadline_s;
     if (!acked && p.now < deadline) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "job_index.h"  // src/sched
 #include "preempt/hints.h"
 #include "preempt/sched/plan.h"
 #include "preempt/sched/policy.h"
@@ -159,6 +160,26 @@ void CheckDecisions(const ClusterState& st, const PolicyOptions& p, const Decisi
     if (used[n] > st.nodes[n].gpus) fail("node " + st.nodes[n].name + " over-full after starts");
 }
 
+// The indexed pass (src/sched/job_index.h, the simulator's) must decide exactly the same; under
+// FCFS it may leave blocked high-priority jobs out of the waits.
+void SameAsIndexed(const ClusterState& st, const PolicyOptions& p, const Decisions& d) {
+  JobIndex index;
+  for (int i = 0; i < static_cast<int>(st.jobs.size()); ++i) index.add(st.jobs, i);
+  const Decisions x = DecideIndexed(st, index, p);
+  if (x.actions.size() != d.actions.size()) Fail("indexed pass: another number of actions");
+  for (size_t k = 0; k < d.actions.size(); ++k) {
+    const JobAction &a = d.actions[k], &b = x.actions[k];
+    if (a.kind != b.kind || a.mode != b.mode || a.job != b.job || a.node != b.node || a.for_job != b.for_job ||
+        a.to_node != b.to_node || a.grace_s != b.grace_s || a.reason != b.reason)
+      Fail("indexed pass: another action");
+  }
+  if (d.recheck_at != x.recheck_at) Fail("indexed pass: another recheck time");
+  if (p.kind == PolicyKind::kFcfs) return;
+  if (x.waits.size() != d.waits.size()) Fail("indexed pass: another number of waits");
+  for (size_t k = 0; k < d.waits.size(); ++k)
+    if (d.waits[k].job != x.waits[k].job || d.waits[k].cause != x.waits[k].cause) Fail("indexed pass: another wait");
+}
+
 // Every policy on `st`: the decisions must keep CheckDecisions' rules and print.
 void DecideAll(const ClusterState& st) {
   for (const char* name : {"fcfs", "k8s", "hint-norules", "hint", "hint-nodefrag", "hint-refill"}) {
@@ -166,6 +187,7 @@ void DecideAll(const ClusterState& st) {
     PolicyByName(name, &p);
     Decisions d = Decide(st, p);
     CheckDecisions(st, p, d, name);
+    SameAsIndexed(st, p, d);
     (void)FormatDecisions(st, d);
     (void)DecisionsToJson(st, d);
   }

@@ -185,6 +185,109 @@ TEST(Plan, KubernetesPodListErrors) {
   EXPECT_NE(notes[0].find("not read here"), std::string::npos) << notes[0];
 }
 
+TEST(Plan, KubernetesNodeListClassesAndGpuLimits) {
+  const double now = 1764680000;
+  const std::string nodes = R"({"items":[
+    {"metadata":{"name":"gpu-1"},"status":{"allocatable":{"nvidia.com/gpu":"8"},"capacity":{"nvidia.com/gpu":"8"}}},
+    {"metadata":{"name":"gpu-2"},"status":{"capacity":{"nvidia.com/gpu":"4"}}},
+    {"metadata":{"name":"cpu-1"},"status":{"allocatable":{"cpu":"64"}}}]})";
+  std::vector<Node> list;
+  ASSERT_TRUE(ParseK8sNodeList(nodes, "nodes.json", &list).ok());
+  ASSERT_EQ(list.size(), 2u);  // the CPU node is left out
+  EXPECT_EQ(list[1].name, "gpu-2");
+  EXPECT_EQ(list[1].gpus, 4);
+  // gpu-1 is full of low work; gpu-2 is idle and only the node list shows it.
+  auto pod = [](const std::string& name, const std::string& spec, const std::string& phase) {
+    return R"({"metadata":{"name":")" + name + R"(","namespace":"ns"},"spec":{)" + spec +
+           R"(},"status":{"phase":")" + phase + R"("}})";
+  };
+  const std::string gpus4 = R"("containers":[{"resources":{"limits":{"nvidia.com/gpu":"4"}}}])";
+  const std::string pods = R"({"items":[)" +
+                           pod("low-a", R"("nodeName":"gpu-1","priority":1,)" + gpus4, "Running") + "," +
+                           pod("low-b", R"("nodeName":"gpu-1","priority":1,)" + gpus4, "Running") + "," +
+                           pod("batch", R"("priorityClassName":"highmem-batch","priority":1,)" + gpus4, "Pending") +
+                           "," + pod("named", R"("priorityClassName":"preempt-medium",)" + gpus4, "Pending") + "," +
+                           pod("odd", R"("priorityClassName":"highmem-batch",)" + gpus4, "Pending") + "," +
+                           pod("serve", R"("priority":1000000,)" + gpus4, "Pending") + "]}";
+  ClusterState st;
+  std::vector<std::string> notes;
+  ASSERT_TRUE(ParseK8sPodList(pods, "pods.json", 8, now, false, list, &st, &notes).ok());
+  ASSERT_EQ(st.nodes.size(), 2u);
+  ASSERT_EQ(st.jobs.size(), 6u);
+  EXPECT_EQ(st.jobs[2].cls, PriorityClass::kLow);     // spec.priority 1, whatever the class is called
+  EXPECT_EQ(st.jobs[3].cls, PriorityClass::kMedium);  // exact name, no priority
+  EXPECT_EQ(st.jobs[4].cls, PriorityClass::kLow);     // unknown name, no priority: low, noted
+  EXPECT_EQ(st.jobs[5].cls, PriorityClass::kHigh);
+  bool noted = false;
+  for (const auto& n : notes) noted |= n.find("ns/odd") != std::string::npos && n.find("highmem-batch") != std::string::npos;
+  EXPECT_TRUE(noted);
+  // The high pod starts on the idle node: no eviction, no "add capacity".
+  Decisions d = Decide(st, PolicyOptions());
+  ASSERT_FALSE(d.actions.empty()) << FormatDecisions(st, d);
+  EXPECT_EQ(d.actions[0].kind, ActionKind::kStart) << FormatDecisions(st, d);
+  EXPECT_EQ(d.actions[0].job, "ns/serve");
+  EXPECT_EQ(st.nodes[d.actions[0].node].name, "gpu-2");
+  for (const auto& a : d.actions) EXPECT_NE(a.for_job, "ns/serve") << FormatDecisions(st, d);
+  for (const auto& w : d.waits) EXPECT_NE(w.job, "ns/serve") << FormatDecisions(st, d);
+
+  struct Case {
+    std::string items, needle;
+  };
+  const Case bad[] = {
+      {pod("a", R"("nodeName":"gpu-1","containers":[{"resources":{"limits":{"nvidia.com/gpu":"abc"}}}])", "Running"),
+       "pod ns/a: field 'resources.limits.nvidia.com/gpu'"},
+      {pod("b", R"("nodeName":"gpu-9",)" + gpus4, "Running"), "pod ns/b: field 'spec.nodeName': node gpu-9"},
+      {pod("c", R"("nodeName":"gpu-2","containers":[{"resources":{"limits":{"nvidia.com/gpu":"5"}}}])", "Running"),
+       "pod ns/c: node gpu-2 would hold 5 GPUs of 4"},
+      {pod("d", R"("priority":"x",)" + gpus4, "Pending"), "pod ns/d: field 'spec.priority'"},
+  };
+  for (const auto& c : bad) {
+    Status s = ParseK8sPodList(R"({"items":[)" + c.items + "]}", "pods.json", 8, now, false, list, &st, &notes);
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << c.items;
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.to_string();
+  }
+  // "abc" is an error without a node list too (it never made a silent non-GPU pod).
+  Status s = ParseK8sPodList(R"({"items":[)" + bad[0].items + "]}", "pods.json", 8, now, false, &st, &notes);
+  EXPECT_NE(s.message().find("pod ns/a: field 'resources.limits.nvidia.com/gpu'"), std::string::npos) << s.to_string();
+  EXPECT_NE(ParseK8sNodeList(R"({"items":[{"metadata":{"name":"n"},"status":{"allocatable":{"nvidia.com/gpu":"x"}}}]})",
+                             "nodes.json", &list)
+                .message()
+                .find("node n: field 'status.allocatable.nvidia.com/gpu'"),
+            std::string::npos);
+}
+
+// A victim already asked to checkpoint: a refill victim's reason names what it is for, and FCFS
+// (which never preempts) leaves it running.
+TEST(Plan, CheckpointedVictimReasonAndFcfs) {
+  ClusterState st;
+  st.now = 1000;
+  st.nodes = {{"n0", 2}};
+  Job v;
+  v.id = "v";
+  v.gpus = 2;
+  v.phase = JobPhase::kCheckpointing;
+  v.node = 0;
+  v.request_id = 3;
+  v.request_time = 990;
+  v.hints = H(10, st.now);
+  v.hints->request_ack = 3;
+  v.hints->last_commit.step = 40;
+  st.jobs = {v};
+  Decisions d = Decide(st, PolicyOptions());
+  ASSERT_EQ(d.actions.size(), 1u);
+  EXPECT_EQ(d.actions[0].kind, ActionKind::kEvict);
+  const std::string& r = d.actions[0].reason;
+  EXPECT_NE(r.find("(no job waits for its GPUs)"), std::string::npos) << r;
+  EXPECT_NE(r.substr(r.size() - 4), "for ") << r;
+  PolicyOptions fcfs;
+  ASSERT_TRUE(PolicyByName("fcfs", &fcfs));
+  d = Decide(st, fcfs);
+  for (const auto& a : d.actions) EXPECT_EQ(a.kind, ActionKind::kStart) << FormatDecisions(st, d);
+  st.jobs[0].request_time = 0;  // past the deadline too
+  st.jobs[0].hints->request_ack = 0;
+  EXPECT_TRUE(Decide(st, fcfs).actions.empty());
+}
+
 TEST(Plan, SnapshotFromTextReadsNoHintsFileWithoutABaseDirectory) {
   ClusterState st;
   std::vector<std::string> notes;
@@ -360,6 +463,26 @@ TEST(Cli, SimulatePlanAndUsage) {
   EXPECT_EQ(run("simulate --trace alibaba --alibaba-overload 0", &out), 2) << out;
   EXPECT_NE(out.find("--alibaba-overload"), std::string::npos) << out;
   EXPECT_EQ(run("simulate --trace alibaba --seed 3", &out), 2) << out;
+  // A job larger than any node is an error (exit 1, the job named), never skipped with waits of 0.
+  WriteFileOrDie(dir / "big.csv",
+                 "id,submit_s,class,queue,gpus,duration_s,ckpt_interval_s,ckpt_drain_s,ckpt_stall_s,ckpt_persist_s,"
+                 "restore_s\nsmall,0,low,q,2,100,600,0.1,0.1,1,10\nwide,5,high,q,16,100,600,0.1,0.1,1,10\n");
+  EXPECT_EQ(run("simulate --trace " + (dir / "big.csv") + " --nodes 2 --gpus-per-node 8 --policies fcfs", &out), 1)
+      << out;
+  EXPECT_NE(out.find("job wide needs 16 GPUs on one node; the largest node has 8"), std::string::npos) << out;
+  EXPECT_EQ(run("plan --snapshot x --k8s-nodes y", &out), 2) << out;
+  // A large trace is written without simulating it.
+  ASSERT_EQ(run("simulate --jobs 3000 --policies none --write-trace " + (dir / "big3k.csv"), &out), 0) << out;
+  std::string big = preempt::testing::ReadFileOrDie(dir / "big3k.csv");
+  EXPECT_EQ(std::count(big.begin(), big.end(), '\n'), 3001) << out;  // header + 3000 jobs
+  EXPECT_EQ(out.find("hint"), std::string::npos) << out;
+  // The bill per queue, as text and JSON; progress lines on stderr.
+  ASSERT_EQ(run("simulate --jobs 60 --nodes 2 --policies hint --progress 0.001 --json " + (dir / "s.json"), &out), 0)
+      << out;
+  EXPECT_NE(out.find("bill per queue"), std::string::npos) << out;
+  EXPECT_NE(out.find("hint: 60 of 60 jobs submitted, 60 finished, 0 pending"), std::string::npos) << out;
+  std::string js = preempt::testing::ReadFileOrDie(dir / "s.json");
+  EXPECT_NE(js.find("\"bill\":[{\"queue\":"), std::string::npos) << js;
   // --help lists every policy field.
   EXPECT_EQ(run("--help", &out), 2);
   EXPECT_NE(out.find("defrag_max_moves"), std::string::npos) << out;

@@ -331,17 +331,18 @@ TEST(Simulator, HorizonStopsEarly) {
   EXPECT_EQ(r.metrics.capacity_violations, 0);
 }
 
-TEST(Simulator, JobLargerThanAnyNodeIsReportedAndSkipped) {
+TEST(Simulator, JobLargerThanAnyNodeIsRefused) {
   Trace t;
-  t.nodes = {{"n", 2}};
+  t.name = "t";
+  t.nodes = {{"n", 2}, {"m", 3}};
   TraceJob j;
   j.id = "huge";
   j.gpus = 4;
   t.jobs = {j};
   SimResult r;
-  ASSERT_TRUE(Simulate(t, PolicyOptions(), SimOptions(), &r).ok());
-  ASSERT_EQ(r.violations.size(), 1u);
-  EXPECT_NE(r.violations[0].find("huge"), std::string::npos);
+  Status s = Simulate(t, PolicyOptions(), SimOptions(), &r);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "trace t: job huge needs 4 GPUs on one node; the largest node has 3");
   Trace empty;
   EXPECT_EQ(Simulate(empty, PolicyOptions(), SimOptions(), &r).code(), StatusCode::kInvalidArgument);
 }

@@ -36,6 +36,21 @@ enum class TolerableWait {
   kOff,          // no limit: a slow saver checkpoints first and the preemptor waits
 };
 
+// A class taken off the cluster on a schedule (e.g. low priority off during working hours): while
+// the window is open, the class's running jobs are preempted the way the policy preempts any victim
+// (with fresh hints they save first: checkpointed, then evicted) and its pending jobs do not start;
+// they resume in the queue when it closes. The window is [from_s, to_s) of every period_s of the
+// ClusterState clock (unix seconds in plan and run, trace seconds in the simulator); from_s > to_s
+// wraps around the period's end.
+struct SuspendWindow {
+  bool on = false;
+  PriorityClass cls = PriorityClass::kLow;
+  double from_s = 0, to_s = 0;
+  double period_s = 86400;
+  bool open(double now) const;
+  double next_change(double now) const;  // the first time after `now` at which open() changes
+};
+
 struct PolicyOptions {
   PolicyKind kind = PolicyKind::kHintAware;
 
@@ -97,6 +112,13 @@ struct PolicyOptions {
   // job that has waited defrag_min_wait_s (moves.h). 0 moves = off.
   int defrag_max_moves = 4;
   double defrag_min_wait_s = 0;
+
+  // --- schedule: a class suspended in a time window (off by default).
+  SuspendWindow suspend;
+
+  // --- accounting: what one GPU-hour held by each class costs (any currency unit), for the
+  // simulator's bill per queue: preemptible (low, medium) capacity priced below guaranteed (high).
+  double gpu_hour_price[kNumClasses] = {0.3, 0.6, 1.0};
 
   // --- limits and reporting.
   double wait_alert_s = 600;          // suggest action when a high job's estimated wait passes this

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,17 @@ struct OfferedDemand {
 };
 OfferedDemand MeasureOfferedDemand(const Trace& trace);
 
+// How far a simulation has got (SimOptions::progress).
+struct SimProgress {
+  int jobs = 0;        // in the trace
+  int arrived = 0;     // submitted so far (finished ones included)
+  int finished = 0;
+  int pending = 0;     // waiting to start or to restart
+  double sim_time_s = 0;  // simulated time since the first submission
+  double wall_s = 0;      // wall time since the simulation started
+  bool done = false;      // the last report
+};
+
 struct SimOptions {
   double eviction_latency_s = 1.0;  // process teardown after exit/kill until the GPUs are free
   // Workload: true = jobs run the preempt runtime and save inside their grace period on SIGTERM;
@@ -111,6 +123,21 @@ struct SimOptions {
   double starvation_s = 6 * 3600;   // a low job waiting longer than this (first start) is starved
   double horizon_s = 0;             // stop here (0 = run until every job has finished)
   bool check_invariants = true;     // verify capacity and work conservation at every event
+  // Index the queue (src/sched/job_index.h) so that a pass costs time in the jobs it can act on,
+  // not in every pending job: the same results, a simulation time close to linear in the trace.
+  // false: every pass reads every job (the reference the index is tested against).
+  bool indexed = true;
+  // Called from the simulating thread every progress_every_s of wall time and once at the end.
+  std::function<void(const SimProgress&)> progress;
+  double progress_every_s = 5;
+};
+
+// What one queue's jobs cost: GPU-hours held per class (from each start until the GPUs are free,
+// lost work included) at PolicyOptions::gpu_hour_price.
+struct QueueBill {
+  std::string queue;
+  double gpu_hours[kNumClasses] = {};
+  double cost = 0;
 };
 
 struct SimMetrics {
@@ -143,6 +170,7 @@ struct SimMetrics {
   double high_wait_cause_s[kCauses] = {};
   double high_tail_wait_cause_s[kCauses] = {};
   int high_tail_jobs = 0;
+  std::vector<QueueBill> bill;  // by queue name
 };
 // Name of SimMetrics cause slot k ("victims-saving" for slot 0, "victims-exiting" for the last).
 const char* SimWaitCauseName(int k);
@@ -166,5 +194,9 @@ Status Simulate(const Trace& trace, const PolicyOptions& policy, const SimOption
 std::string MetricsCsvHeader();
 std::string MetricsCsvRow(const std::string& trace, const SimMetrics& m);
 std::string MetricsTable(const std::string& trace, const std::vector<SimMetrics>& rows);
+// The bill per queue of each row, as a table and as a JSON array
+// [{"queue":..,"gpu_hours":[low,medium,high],"cost":..}].
+std::string BillTable(const std::vector<SimMetrics>& rows);
+std::string BillJson(const SimMetrics& m);
 
 }  // namespace preempt::sched
