@@ -49,7 +49,7 @@ class Placer {
       : p_(*pass), rules_(*rules), awaiting_(*awaiting), search_(pass, rules, costs), mover_(pass, rules, costs) {}
 
   void place(int ji) {
-    if (Waits(ji) || starts_on_free_gpus(ji) || !may_preempt(ji)) return;
+    if (waits(ji) || starts_on_free_gpus(ji) || !may_preempt(ji)) return;
     Choice best;
     WaitCause why = WaitCause::kOther;
     if (search_.find(ji, &best, &why)) {
@@ -63,7 +63,7 @@ class Placer {
  private:
   // Done with ji for this pass without placing it: it can never fit, is in its cooldown, restarts
   // after a move, or waits for victims leaving for it (starting when they are gone).
-  bool Waits(int ji) {
+  bool waits(int ji) {
     const Job& j = p_.jobs[ji];
     if (p_.suspended[static_cast<int>(j.cls)]) {  // its class is in its suspension window
       p_.recheck(p_.cfg.suspend.next_change(p_.now));
