@@ -47,33 +47,7 @@ struct TraceRun {
   std::map<std::string, SimMetrics> by_policy;
 };
 
-std::string Json(const SimMetrics& m) {
-  char buf[1024];
-  snprintf(buf, sizeof buf,
-           "{\"high_wait_mean_s\":%.3f,\"high_wait_p95_s\":%.3f,\"medium_wait_mean_s\":%.3f,\"low_wait_mean_s\":%.3f,"
-           "\"low_wait_max_s\":%.3f,\"low_completed\":%d,\"low_total\":%d,\"low_starved\":%d,\"lost_gpu_hours\":%.4f,"
-           "\"preemptions\":%d,\"checkpoint_requests\":%d,\"thrash_cycles\":%d,\"utilization\":%.4f,"
-           "\"decide_mean_us\":%.2f,\"decide_max_us\":%.2f,\"capacity_violations\":%d,\"lost_restore_gpu_hours\":%.4f,"
-           "\"lost_discarded_gpu_hours\":%.4f,\"lost_stopped_gpu_hours\":%.4f,\"moves\":%d,\"move_restart_wait_mean_s\":%.1f}",
-           m.high_wait_mean_s, m.high_wait_p95_s, m.medium_wait_mean_s, m.low_wait_mean_s, m.low_wait_max_s,
-           m.low_completed, m.low_total, m.low_starved, m.lost_gpu_hours, m.preemptions, m.checkpoint_requests,
-           m.thrash_cycles, m.utilization, m.decide_mean_us, m.decide_max_us, m.capacity_violations,
-           m.lost_restore_gpu_hours, m.lost_discarded_gpu_hours, m.lost_stopped_gpu_hours, m.moves,
-           m.move_restarts ? m.move_restart_wait_s / m.move_restarts : 0.0);
-  std::string out = buf;
-  out.pop_back();  // '}'
-  for (int tail = 0; tail < 2; ++tail) {
-    out += tail ? ",\"high_tail_wait_by_cause_s\":{" : ",\"high_wait_by_cause_s\":{";
-    for (int k = 0; k < SimMetrics::kCauses; ++k) {
-      snprintf(buf, sizeof buf, "%s\"%s\":%.1f", k ? "," : "", SimWaitCauseName(k),
-               tail ? m.high_tail_wait_cause_s[k] : m.high_wait_cause_s[k]);
-      out += buf;
-    }
-    out += "}";
-  }
-  out += "}";
-  return out;
-}
+std::string Json(const SimMetrics& m) { return MetricsJson(m); }
 
 SimOptions g_sim;
 

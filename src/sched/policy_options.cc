@@ -123,6 +123,19 @@ std::vector<Field> MakeFields() {
                       "evict anyway when a requested commit has not shown up by then"));
   f.push_back(Flag("kill_after_commit", "eviction", &O::kill_after_commit,
                    "once a requested commit is durable, kill at once (no second save on SIGTERM)"));
+  f.push_back({{"victim_grace", "eviction", "string", "\"own\" | \"hint-sized\"",
+                "grace period of a SIGTERM eviction: the victim's own, or 1.5 x its hints' grace needed + 10 s "
+                "(own when its cost is not measured)"},
+               [](const rapidjson::Value& v, O* o) {
+                 std::string s = v.IsString() ? v.GetString() : "";
+                 if (s == "own") o->victim_grace = VictimGrace::kOwn;
+                 else if (s == "hint-sized") o->victim_grace = VictimGrace::kHintSized;
+                 else return false;
+                 return true;
+               },
+               [](const O& o) {
+                 return std::string(o.victim_grace == VictimGrace::kOwn ? "\"own\"" : "\"hint-sized\"");
+               }});
   f.push_back({{"high_tolerable_wait", "tolerable wait", "string or seconds", "\"victim-grace\" | \"off\" | (0, 1e9]",
                 "longest a high preemptor waits for one victim's save (slower savers are killed): the victim's "
                 "grace period, no limit, or fixed seconds"},
@@ -289,7 +302,7 @@ PolicyOptions KubernetesPolicy() {
 }
 
 const std::vector<std::string>& PolicyPresetNames() {
-  static const std::vector<std::string> names = {"fcfs", "k8s", "hint-norules", "hint-ckpt",
+  static const std::vector<std::string> names = {"fcfs", "k8s", "k8s+runtime", "hint-norules", "hint-ckpt",
                                                  "hint", "hint-nodefrag", "hint-refill"};
   return names;
 }
@@ -298,6 +311,10 @@ bool PolicyByName(const std::string& name, PolicyOptions* out) {
   PolicyOptions p;
   if (name == "fcfs") p = FcfsPolicy();
   else if (name == "k8s") p = KubernetesPolicy();
+  else if (name == "k8s+runtime") {
+    p = KubernetesPolicy();
+    p.victim_grace = VictimGrace::kHintSized;
+  }
   else if (name == "hint-norules") p = HintAwareNoRulesPolicy();
   else if (name == "hint") p = PolicyOptions();
   else if (name == "hint-ckpt") {  // checkpoint-then-evict only: no SIGTERM save, kill-now or tolerable-wait rules

@@ -20,6 +20,11 @@ double TolerableWait(const Job& v, const PolicyOptions& c) {
   return v.hints ? v.hints->grace.granted_s : 0;
 }
 
+double SigtermGrace(const Job& v, double now, const PolicyOptions& c) {
+  if (c.victim_grace != VictimGrace::kHintSized || !HintsFresh(v, now, c) || v.hints->checkpoint_s() <= 0) return -1;
+  return kSizedGraceFactor * std::max(v.hints->grace.needed_s, v.hints->checkpoint_s()) + kSizedGraceExtraS;
+}
+
 VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_high) {
   VictimCost out;
   double lost = EstimatedLostWork(v, now, c);
@@ -38,7 +43,10 @@ VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_hig
     double save_wait = measured ? h.checkpoint_s() : c.unknown_save_s;
     out.save_s = save_wait;
     double needed = std::max(h.grace.needed_s, save_wait);
-    bool sig_ok = c.sigterm_save && h.grace.granted_s > 0 && needed <= h.grace.granted_s;
+    // A job that saves on SIGTERM at all (granted > 0) gets a sized grace when the policy gives one.
+    const double sized = SigtermGrace(v, now, c);
+    const double granted = h.grace.granted_s > 0 && sized > 0 ? sized : h.grace.granted_s;
+    bool sig_ok = c.sigterm_save && granted > 0 && needed <= granted;
     bool ckpt_ok = c.checkpoint_then_evict && save_wait <= c.checkpoint_deadline_s;
     double tolerable = TolerableWait(v, c);
     bool too_slow = for_high && tolerable > 0 && save_wait > tolerable &&
@@ -50,6 +58,7 @@ VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_hig
     } else if ((save_lost < lost || !c.kill_when_cheaper) && (sig_ok || ckpt_ok)) {
       out.mode = sig_ok ? EvictionMode::kSaveInGrace : EvictionMode::kCheckpointFirst;
       out.checkpoint_first = !sig_ok;
+      if (sig_ok && granted != h.grace.granted_s) out.grace_s = granted;
       lost = save_lost;
       out.wait_s = save_wait;
       saves = true;

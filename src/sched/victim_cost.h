@@ -29,6 +29,9 @@ double RestoreOf(const Job& job, const PolicyOptions& config);
 // The longest a high preemptor should wait for victim v's save (0 = no limit): a fixed value, or
 // what Kubernetes would make it wait at most, the victim's termination grace period.
 double TolerableWait(const Job& v, const PolicyOptions& config);
+// The grace period of a SIGTERM eviction of v at `now` (JobAction::grace_s): -1 = its own, or
+// sized from its fresh, measured hints with VictimGrace::kHintSized.
+double SigtermGrace(const Job& v, double now, const PolicyOptions& config);
 // How victim v would leave at `now` and what it would cost; `for_high`: the preemptor is high
 // priority (the kill-now rules apply).
 VictimCost CostOf(const Job& v, double now, const PolicyOptions& config, bool for_high);

@@ -8,7 +8,8 @@
 // `run` spec), `preempt-sched --help` and the table in docs/sched.md are all generated from it.
 //
 // Presets (one place, PolicyByName): "fcfs", "k8s" (baselines, every hint-aware rule off),
-// "hint-norules", "hint" (the defaults), "hint-ckpt", "hint-nodefrag", "hint-refill".
+// "k8s+runtime" (the Kubernetes order with a grace period sized from each victim's hints: what a
+// cluster gets from the preempt runtime alone), "hint-norules", "hint" (the defaults), "hint-ckpt", "hint-nodefrag", "hint-refill".
 //
 // Thread-safety: plain values; the functions are reentrant.
 #pragma once
@@ -36,6 +37,14 @@ enum class TolerableWait {
   kOff,          // no limit: a slow saver checkpoints first and the preemptor waits
 };
 
+// The grace period sent with a SIGTERM eviction.
+enum class VictimGrace {
+  kOwn,        // the victim's own termination grace period (JobAction::grace_s < 0)
+  kHintSized,  // sized from its hints as examples/k8s sizes terminationGracePeriodSeconds:
+               // kSizedGraceFactor x grace needed + kSizedGraceExtraS (own grace without measured hints)
+};
+inline constexpr double kSizedGraceFactor = 1.5, kSizedGraceExtraS = 10;
+
 struct PolicyOptions {
   PolicyKind kind = PolicyKind::kHintAware;
 
@@ -57,6 +66,8 @@ struct PolicyOptions {
   bool kill_when_cheaper = true;
   double checkpoint_deadline_s = 300;  // evict anyway when the requested commit has not shown up by then
   bool kill_after_commit = true;       // once the requested commit is durable, kill at once (no second save)
+  // Grace period of SIGTERM evictions (every policy, the Kubernetes order included: "k8s+runtime").
+  VictimGrace victim_grace = VictimGrace::kOwn;
 
   // --- tolerable wait: a victim whose save takes longer than this is killed at once for a high
   // preemptor instead, and the victim search prefers nodes whose victims save in time.
@@ -109,7 +120,7 @@ struct PolicyOptions {
 PolicyOptions FcfsPolicy();
 PolicyOptions KubernetesPolicy();
 PolicyOptions HintAwareNoRulesPolicy();
-// "fcfs" | "k8s" | "hint-norules" | "hint-ckpt" | "hint" | "hint-nodefrag" | "hint-refill" → preset
+// "fcfs" | "k8s" | "k8s+runtime" | "hint-norules" | "hint-ckpt" | "hint" | "hint-nodefrag" | "hint-refill" → preset
 // (false when unknown).
 bool PolicyByName(const std::string& name, PolicyOptions* out);
 const std::vector<std::string>& PolicyPresetNames();
