@@ -33,6 +33,7 @@
 
 #include "preempt/sched/policy.h"
 #include "preempt/sched/simulator.h"
+#include "eval_protocol.h"
 
 using namespace preempt;
 using namespace preempt::sched;
@@ -344,6 +345,9 @@ int main(int argc, char** argv) {
   const std::string repo = PREEMPT_SOURCE_DIR;
   std::string alibaba = repo + "/data/traces/alibaba-gpu-2023", csv_path, json_path, png_path;
   int jobs = 2000, seeds = 1, reps = 50, sweep_seeds = 20;
+  // The evaluation protocol (eval_protocol.h): which sets, the policy under test, overrides.
+  std::string protocol = "both", protocol_policy = "hint", policy_json;
+  bool protocol_only = false;
   // Alibaba cluster sizes: 1.3 -> 7 nodes, 1.5 -> 6, 2.0 -> 5, 2.2 -> 4 (peak demand 70 GPUs).
   std::vector<double> overloads = {1.3, 1.5, 2.0, 2.2};
   bool grace_set = false;
@@ -392,6 +396,16 @@ int main(int argc, char** argv) {
         }
       }
     }
+    else if (a == "--protocol") {
+      protocol = next();
+      if (protocol != "tuning" && protocol != "evaluation" && protocol != "both" && protocol != "off") {
+        fprintf(stderr, "bench_sched: --protocol: '%s' is not tuning, evaluation, both or off\n", protocol.c_str());
+        return 2;
+      }
+    }
+    else if (a == "--protocol-only") protocol_only = true;
+    else if (a == "--protocol-policy") protocol_policy = next();
+    else if (a == "--policy-json") policy_json = next();
     else if (a == "--jobs") jobs = std::atoi(next().c_str());
     else if (a == "--seeds") seeds = std::atoi(next().c_str());
     else if (a == "--sweep-seeds") sweep_seeds = std::max(0, std::atoi(next().c_str()));
@@ -406,14 +420,53 @@ int main(int argc, char** argv) {
     }
     else {
       fprintf(stderr, "usage: bench_sched [--alibaba DIR] [--alibaba-overloads X,Y] [--jobs N] [--seeds N] [--sweep-seeds N] [--reps N] [--quick] [--csv F] [--json F] "
-                      "[--png F] [--grace S] [--naive] [--policies a,b]\n");
+                      "[--png F] [--grace S] [--naive] [--policies a,b]\n"
+                      "                   [--protocol tuning|evaluation|both|off] [--protocol-only] [--protocol-policy NAME] "
+                      "[--policy-json JSON]\n");
       return 2;
     }
   }
-  std::string csv = MetricsCsvHeader();
-  std::vector<TraceRun> runs;
   struct stat sb;
   bool have_alibaba = stat((alibaba + "/pods.csv").c_str(), &sb) == 0;
+  std::string protocol_json = ",\"protocol\":[";
+  std::vector<std::string> protocol_targets;
+  if (protocol != "off") {
+    PolicyOptions under_test;
+    if (!PolicyByName(protocol_policy, &under_test)) {
+      fprintf(stderr, "bench_sched: --protocol-policy: unknown policy '%s'\n", protocol_policy.c_str());
+      return 2;
+    }
+    std::string name = protocol_policy;
+    if (!policy_json.empty()) {
+      Status s = PolicyFromJson(policy_json, &under_test);
+      if (!s.ok()) {
+        fprintf(stderr, "bench_sched: --policy-json: %s\n", s.ToString().c_str());
+        return 2;
+      }
+      name += "+overrides";
+    }
+    SimOptions sim;  // one eviction model for all three: 30 s grace, victims run the preempt runtime
+    bool first = true;
+    for (const std::string set : {"tuning", "evaluation"}) {
+      if (protocol != "both" && protocol != set) continue;
+      std::vector<bench::ProtocolTrace> traces;
+      const std::string dir = have_alibaba ? alibaba : "";
+      Status s = set == "tuning" ? bench::TuningSet(dir, &traces) : bench::EvaluationSet(dir, &traces);
+      if (s.ok()) {
+        if (!first) protocol_json += ",";
+        first = false;
+        s = bench::RunProtocol(set, traces, name, under_test, sim, &protocol_json, &protocol_targets);
+      }
+      if (!s.ok()) {
+        fprintf(stderr, "bench_sched: %s\n", s.ToString().c_str());
+        return 1;
+      }
+    }
+  }
+  protocol_json += "]";
+  if (protocol_only) return 0;
+  std::string csv = MetricsCsvHeader();
+  std::vector<TraceRun> runs;
   // Two eviction settings, the same for every policy: the Kubernetes default grace period (30 s)
   // and a grace period sized from each job's hints (examples/k8s). --grace S runs only S (0 = sized).
   std::vector<double> graces = {30, 0};
@@ -518,7 +571,9 @@ int main(int argc, char** argv) {
              l.median_ms < 10 ? "true" : "false");
     targets.push_back(t);
   }
-  json << "},\"alibaba_present\":" << (have_alibaba ? "true" : "false") << ",\"targets\":[";
+  json << "}" << protocol_json;
+  for (auto& t : protocol_targets) targets.push_back(t);
+  json << ",\"alibaba_present\":" << (have_alibaba ? "true" : "false") << ",\"targets\":[";
   for (size_t i = 0; i < targets.size(); ++i) json << (i ? "," : "") << targets[i];
   json << "]}\n";
 
