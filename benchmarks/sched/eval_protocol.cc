@@ -237,12 +237,15 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
     int gpus = 0;
     for (const Node& n : t.nodes) gpus += n.gpus;
     printf("%-36s %5zu jobs %3d GPUs | %6.1f %6.1f %6.1f (%s %s) | %6.0f %6.0f %6.0f | %4d %4d %4d | %3d %3d %3d | "
-           "%5d %5d %5d | %4d %4d %4d | %s\n",
+           "%5d %5d %5d | %4d %4d %4d | %s | lost=restore+discarded+stopped %.1f+%.1f+%.1f / %.1f+%.1f+%.1f / %.1f+%.1f+%.1f\n",
            t.name.c_str(), t.jobs.size(), gpus, h.lost_gpu_hours, k.lost_gpu_hours, r.lost_gpu_hours,
            Pct(c.lost_vs_k8s).c_str(), Pct(c.lost_vs_runtime).c_str(), h.high_wait_p95_s, k.high_wait_p95_s,
            r.high_wait_p95_s, h.low_starved_delay, k.low_starved_delay, r.low_starved_delay, h.preemptions_per_job_max,
            k.preemptions_per_job_max, r.preemptions_per_job_max, h.preemptions + h.moves, k.preemptions + k.moves,
-           r.preemptions + r.moves, h.repreemptions, k.repreemptions, r.repreemptions, flags);
+           r.preemptions + r.moves, h.repreemptions, k.repreemptions, r.repreemptions, flags,
+           h.lost_restore_gpu_hours, h.lost_discarded_gpu_hours, h.lost_stopped_gpu_hours, k.lost_restore_gpu_hours,
+           k.lost_discarded_gpu_hours, k.lost_stopped_gpu_hours, r.lost_restore_gpu_hours, r.lost_discarded_gpu_hours,
+           r.lost_stopped_gpu_hours);
     *json += std::string(i ? "," : "") + "{\"trace\":\"" + t.name + "\",\"recipe\":\"" + traces[i].recipe +
              "\",\"flags\":\"" + flags + "\",\"policy\":" + MetricsJson(h) + ",\"k8s\":" + MetricsJson(k) +
              ",\"k8s_runtime\":" + MetricsJson(r) + "}";

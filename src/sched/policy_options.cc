@@ -136,6 +136,9 @@ std::vector<Field> MakeFields() {
                [](const O& o) {
                  return std::string(o.victim_grace == VictimGrace::kOwn ? "\"own\"" : "\"hint-sized\"");
                }});
+  f.push_back(Number("repeat_victim_weight", "victim cost", "number", 0, 1e6, "[0, 1e6]", &O::repeat_victim_weight,
+                     "each earlier preemption or move of a victim multiplies its cost in the victim search by 1 + "
+                     "this (0 = off)"));
   f.push_back({{"high_tolerable_wait", "tolerable wait", "string or seconds", "\"victim-grace\" | \"off\" | (0, 1e9]",
                 "longest a high preemptor waits for one victim's save (slower savers are killed): the victim's "
                 "grace period, no limit, or fixed seconds"},
@@ -166,6 +169,8 @@ std::vector<Field> MakeFields() {
                     "the tolerable wait applies to high preemptors of at least this many GPUs"));
   f.push_back(Seconds("min_runtime_s", "anti-thrashing", &O::min_runtime_s,
                       "not a victim before running this long since it (re)started"));
+  f.push_back(Seconds("min_runtime_per_preemption_s", "anti-thrashing", &O::min_runtime_per_preemption_s,
+                      "the minimum run time grows by this for each earlier preemption or move of the job"));
   f.push_back(Seconds("cooldown_s", "anti-thrashing", &O::cooldown_s, "a preempted job is not restarted before this"));
   f.push_back(Seconds("high_min_runtime_override_s", "anti-thrashing", &O::high_min_runtime_override_s,
                       "a high job waiting this long may take victims inside their minimum run time (0 = off)"));
@@ -276,6 +281,7 @@ PolicyOptions HintAwareNoRulesPolicy() {
   PolicyOptions c;
   c.kind = PolicyKind::kHintAware;
   c.min_runtime_s = 0;
+  c.min_runtime_per_preemption_s = 0;
   c.cooldown_s = 0;
   c.budget_max_preemptions = 0;
   c.budget_max_lost_gpu_hours = 0;
@@ -284,6 +290,7 @@ PolicyOptions HintAwareNoRulesPolicy() {
   c.low_guaranteed_share = 0;
   c.nonhigh_preempt_delay_s = 0;
   c.defrag_max_moves = 0;
+  c.repeat_victim_weight = 0;
   return c;
 }
 
@@ -303,7 +310,7 @@ PolicyOptions KubernetesPolicy() {
 
 const std::vector<std::string>& PolicyPresetNames() {
   static const std::vector<std::string> names = {"fcfs", "k8s", "k8s+runtime", "hint-norules", "hint-ckpt",
-                                                 "hint", "hint-nodefrag", "hint-refill"};
+                                                 "hint", "hint-nodefrag", "hint-defrag", "hint-refill"};
   return names;
 }
 
@@ -321,8 +328,10 @@ bool PolicyByName(const std::string& name, PolicyOptions* out) {
     p.sigterm_save = false;
     p.kill_now_max_lost_s = 0;
     p.high_tolerable_wait = TolerableWait::kOff;
-  } else if (name == "hint-nodefrag") {  // hint without moves of high jobs (defragmentation)
+  } else if (name == "hint-nodefrag") {  // hint without moves of high jobs (defragmentation; off by default)
     p.defrag_max_moves = 0;
+  } else if (name == "hint-defrag") {  // hint with moves of up to 4 smaller high jobs
+    p.defrag_max_moves = 4;
   } else if (name == "hint-refill") {
     p.refill_headroom = true;
   } else {

@@ -25,7 +25,12 @@ double SigtermGrace(const Job& v, double now, const PolicyOptions& c) {
   return kSizedGraceFactor * std::max(v.hints->grace.needed_s, v.hints->checkpoint_s()) + kSizedGraceExtraS;
 }
 
-VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_high) {
+double RepeatFactor(const Job& v, const PolicyOptions& c) {
+  if (c.kind != PolicyKind::kHintAware) return 1;
+  return 1 + c.repeat_victim_weight * (v.preemptions + v.moves);
+}
+
+VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_high, int preemptor_gpus) {
   VictimCost out;
   double lost = EstimatedLostWork(v, now, c);
   bool fresh = HintsFresh(v, now, c);
@@ -50,7 +55,8 @@ VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_hig
     bool ckpt_ok = c.checkpoint_then_evict && save_wait <= c.checkpoint_deadline_s;
     double tolerable = TolerableWait(v, c);
     bool too_slow = for_high && tolerable > 0 && save_wait > tolerable &&
-                    (c.tolerable_kill_max_lost_s <= 0 || lost <= c.tolerable_kill_max_lost_s);
+                    (c.tolerable_kill_max_lost_s <= 0 || lost <= c.tolerable_kill_max_lost_s) &&
+                    (preemptor_gpus <= 0 || v.gpus * lost <= v.gpus * save_lost + preemptor_gpus * save_wait);
     if (too_slow) sig_ok = ckpt_ok = false;
     if (for_high && c.kill_now_max_lost_s > 0 && lost <= c.kill_now_max_lost_s) {
       out.mode = EvictionMode::kKillSmall;
@@ -69,14 +75,27 @@ VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_hig
   }
   // A job that saves first has a commit to restore from, whatever it had before.
   out.lost_gpu_s = v.gpus * (lost + (saves ? FullRestoreOf(v, c) : RestoreOf(v, c)));
+  out.rank_gpu_s = out.lost_gpu_s * RepeatFactor(v, c);
+  return out;
+}
+
+const std::vector<VictimCost>& VictimCosts::for_high(int gpus) const {
+  if (!split_high_) return for_high_;
+  if (gpus < min_gpus_) return for_small_high_;
+  auto it = for_high_by_gpus_.find(gpus);
+  if (it != for_high_by_gpus_.end()) return it->second;
+  std::vector<VictimCost>& out = for_high_by_gpus_[gpus];
+  out.resize(st_.jobs.size());
+  for (int vi : running_) out[vi] = CostOf(st_.jobs[vi], st_.now, cfg_, true, gpus);
   return out;
 }
 
 VictimCosts::VictimCosts(const ClusterState& st, const PolicyOptions& cfg,
                          const std::vector<std::vector<int>>& running_on)
-    : lost_work_s_(st.jobs.size(), 0), ordinary_(st.jobs.size()), for_high_(st.jobs.size()) {
-  split_high_ = cfg.kind == PolicyKind::kHintAware && cfg.tolerable_wait_min_gpus > 1 && cfg.high_tolerable_wait != TolerableWait::kOff;
-  min_gpus_ = cfg.tolerable_wait_min_gpus;
+    : st_(st), cfg_(cfg), lost_work_s_(st.jobs.size(), 0), ordinary_(st.jobs.size()), for_high_(st.jobs.size()) {
+  // With a tolerable wait, high preemptors' costs depend on their size (for_high()).
+  split_high_ = cfg.kind == PolicyKind::kHintAware && cfg.high_tolerable_wait != TolerableWait::kOff;
+  min_gpus_ = std::max(1, cfg.tolerable_wait_min_gpus);
   if (split_high_) for_small_high_.resize(st.jobs.size());
   PolicyOptions small = cfg;  // high preemptors under min_gpus_: no tolerable-wait kills
   small.high_tolerable_wait = TolerableWait::kOff;
@@ -85,9 +104,10 @@ VictimCosts::VictimCosts(const ClusterState& st, const PolicyOptions& cfg,
       const Job& v = st.jobs[vi];
       lost_work_s_[vi] = EstimatedLostWork(v, st.now, cfg);
       if (cfg.kind == PolicyKind::kFcfs) continue;
+      running_.push_back(vi);
       ordinary_[vi] = CostOf(v, st.now, cfg, false);
-      for_high_[vi] = CostOf(v, st.now, cfg, true);
       if (split_high_) for_small_high_[vi] = CostOf(v, st.now, small, true);
+      else for_high_[vi] = CostOf(v, st.now, cfg, true);
     }
   }
 }

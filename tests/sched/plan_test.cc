@@ -53,7 +53,9 @@ TEST(Plan, SnapshotWithHintFilesRanksTheCheaperVictim) {
   ASSERT_EQ(d.actions.size(), 1u) << FormatDecisions(st, d);
   EXPECT_EQ(d.actions[0].job, "b");
   {
-    Decisions k = Decide(st, HintAwareNoRulesPolicy());
+    PolicyOptions kill_now = HintAwareNoRulesPolicy();
+    kill_now.kill_now_max_lost_s = 120;
+    Decisions k = Decide(st, kill_now);
     ASSERT_EQ(k.actions.size(), 1u) << FormatDecisions(st, k);
     EXPECT_EQ(k.actions[0].job, "b");
     EXPECT_EQ(k.actions[0].kind, ActionKind::kEvict);
@@ -297,7 +299,9 @@ TEST(Plan, SnapshotPlanShowsMoves) {
   ClusterState st;
   std::vector<std::string> notes;
   ASSERT_TRUE(LoadSnapshot(dir / "snap.json", &st, &notes).ok());
-  Decisions d = Decide(st, PolicyOptions());
+  PolicyOptions defrag;
+  ASSERT_TRUE(PolicyByName("hint-defrag", &defrag));
+  Decisions d = Decide(st, defrag);
   std::string text = FormatDecisions(st, d), json = DecisionsToJson(st, d);
   EXPECT_NE(text.find(" move_to=n"), std::string::npos) << text;
   EXPECT_NE(json.find("\"move_to\":\"n"), std::string::npos) << json;
