@@ -40,7 +40,8 @@ using namespace preempt::sched;
 
 namespace {
 
-std::vector<std::string> kPolicies = {"fcfs", "k8s", "hint-norules", "hint-ckpt", "hint", "hint-nodefrag", "hint-refill"};
+std::vector<std::string> kPolicies = {"fcfs", "k8s", "k8s+runtime", "hint-norules", "hint-ckpt", "hint", "hint-defrag",
+                                      "hint-refill"};
 
 struct TraceRun {
   std::string trace;
@@ -279,7 +280,7 @@ std::vector<std::string> SeedSweep(int n, int jobs, const std::vector<double>& g
       if (Simulate(traces[s], FcfsPolicy(), so, &r).ok()) fcfs[s] = r.metrics;
     }
     // "hint-waitsaves": hint that waits for every slow saver (no tolerable wait), for comparison.
-    for (const char* name : {"hint", "hint-nodefrag", "hint-waitsaves"}) {
+    for (const char* name : {"hint", "hint-defrag", "hint-waitsaves"}) {
       PolicyOptions p;
       if (std::string(name) == "hint-waitsaves") {
         p.high_tolerable_wait = TolerableWait::kOff;
@@ -428,7 +429,7 @@ int main(int argc, char** argv) {
   }
   struct stat sb;
   bool have_alibaba = stat((alibaba + "/pods.csv").c_str(), &sb) == 0;
-  std::string protocol_json = ",\"protocol\":[";
+  std::string protocol_json = ",\"protocol\":[", capacity_json = "null";
   std::vector<std::string> protocol_targets;
   if (protocol != "off") {
     PolicyOptions under_test;
@@ -457,13 +458,21 @@ int main(int argc, char** argv) {
         first = false;
         s = bench::RunProtocol(set, traces, name, under_test, sim, &protocol_json, &protocol_targets);
       }
+      // Capacity for the Alibaba-derived traces of the tuning set (a few simulations each).
+      if (s.ok() && set == "tuning") {
+        std::vector<bench::ProtocolTrace> ali;
+        for (auto& t : traces)
+          if (t.trace.name.find("-ali-") != std::string::npos) ali.push_back(t);
+        capacity_json.clear();
+        s = bench::RunCapacity(ali, name, under_test, sim, &capacity_json);
+      }
       if (!s.ok()) {
         fprintf(stderr, "bench_sched: %s\n", s.ToString().c_str());
         return 1;
       }
     }
   }
-  protocol_json += "]";
+  protocol_json += "],\"capacity\":" + capacity_json;
   if (protocol_only) return 0;
   std::string csv = MetricsCsvHeader();
   std::vector<TraceRun> runs;
@@ -530,7 +539,7 @@ int main(int argc, char** argv) {
       first = false;
     }
     json << "}}";
-    for (const char* name : {"hint", "hint-nodefrag", "hint-refill"})
+    for (const char* name : {"hint", "hint-defrag", "hint-refill"})
       if (runs[i].by_policy.count(name) && runs[i].by_policy.count("k8s") && runs[i].by_policy.count("fcfs"))
         targets.push_back(Targets(runs[i], name));
   }
@@ -547,7 +556,7 @@ int main(int argc, char** argv) {
   printf("\n== Decide() latency, 10,000 jobs on 1,000 nodes x 8 GPUs (%d reps)\n", reps);
   json << ",\"decision_latency\":{";
   bool first = true;
-  for (const std::string name : {"k8s", "hint", "hint-refill", "hint/fragmented", "hint-nodefrag/fragmented"}) {
+  for (const std::string name : {"k8s", "hint", "hint-refill", "hint-defrag/fragmented", "hint/fragmented"}) {
     // hint/fragmented: a 1-GPU high job on every node; pending multi-GPU high jobs search moves.
     const bool fragmented = name.find("/fragmented") != std::string::npos;
     PolicyOptions p;

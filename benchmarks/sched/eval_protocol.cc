@@ -275,4 +275,33 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
   return Status::OK();
 }
 
+Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& name, const PolicyOptions& policy,
+                   const SimOptions& sim, std::string* json) {
+  PolicyOptions k8s, runtime;
+  PolicyByName("k8s", &k8s);
+  PolicyByName("k8s+runtime", &runtime);
+  const double target_s = sim.grace_period_s > 0 ? sim.grace_period_s : 30;
+  printf("\n== capacity: fewest 8-GPU nodes keeping the high-priority p95 wait within %.0f s (the grace period)\n",
+         target_s);
+  *json += "[";
+  for (size_t i = 0; i < traces.size(); ++i) {
+    const Trace& t = traces[i].trace;
+    printf("  %-36s (%3zu GPUs in the protocol)", t.name.c_str(), 8 * t.nodes.size());
+    *json += std::string(i ? "," : "") + "{\"trace\":\"" + t.name + "\"";
+    const std::pair<std::string, const PolicyOptions*> runs[] = {{"k8s", &k8s}, {"k8s+runtime", &runtime},
+                                                                 {name, &policy}};
+    for (const auto& [label, p] : runs) {
+      CapacityReport c;
+      PREEMPT_RETURN_IF_ERROR(FindCapacity(t, *p, sim, target_s, 8, &c));
+      if (c.found) printf("  %s %d GPUs (p95 %.0f s)", label.c_str(), c.gpus, c.high_p95_s);
+      else printf("  %s > %d GPUs", label.c_str(), 8 * c.largest_tried_nodes);
+      *json += ",\"" + label + "\":" + (c.found ? std::to_string(c.gpus) : "null");
+    }
+    printf("\n");
+    *json += "}";
+  }
+  *json += "]";
+  return Status::OK();
+}
+
 }  // namespace preempt::sched::bench

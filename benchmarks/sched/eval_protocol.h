@@ -52,4 +52,10 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
                    const PolicyOptions& policy, const SimOptions& sim, std::string* json,
                    std::vector<std::string>* targets);
 
+// Capacity report: for each trace, the fewest 8-GPU nodes on which each policy (k8s, k8s+runtime
+// and the policy under test) keeps the high-priority p95 wait within the 30 s grace
+// (FindCapacity). Appends a JSON array to *json.
+Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& name, const PolicyOptions& policy,
+                   const SimOptions& sim, std::string* json);
+
 }  // namespace preempt::sched::bench

@@ -31,7 +31,7 @@ const char kUsage[] =
     "                         [--alibaba-overload X] [--seed N] [--jobs N] [--nodes N] [--gpus-per-node G]\n"
     "                         [--load X] [--policies fcfs,k8s,hint-norules,hint] [--policy-json JSON]\n"
     "                         [--grace S (0 = sized from hints; default 30)] [--naive]\n"
-    "                         [--csv OUT.csv] [--write-trace OUT.csv]\n"
+    "                         [--csv OUT.csv] [--write-trace OUT.csv] [--json] [--capacity-p95 S]\n"
     "  preempt-sched plan (--snapshot FILE | --k8s PODS.json [--gpus-per-node G]) [--policy NAME]\n"
     "                     [--policy-json JSON] [--json]\n"
     "  preempt-sched run --spec FILE [--slots N] [--work-dir DIR] [--events FILE] [--timeout S]\n"
@@ -115,6 +115,22 @@ bool MakePolicy(const std::string& name, const Args& a, PolicyOptions* p) {
   return true;
 }
 
+// Capacity report: the fewest nodes (of the trace's node size) keeping the high p95 wait <= target_s.
+int PrintCapacity(const Trace& trace, const std::string& name, const PolicyOptions& p, const SimOptions& so,
+                  double target_s) {
+  if (!(target_s >= 0)) return Fail(Status(StatusCode::kInvalidArgument, "--capacity-p95: must be >= 0"));
+  CapacityReport c;
+  Status s = FindCapacity(trace, p, so, target_s, trace.nodes.empty() ? 8 : trace.nodes[0].gpus, &c);
+  if (!s.ok()) return Fail(s);
+  if (c.found)
+    printf("capacity %s: %d nodes (%d GPUs) keep the high-priority p95 wait within %.0f s (p95 %.0f s; %d runs)\n",
+           name.c_str(), c.nodes, c.gpus, target_s, c.high_p95_s, c.simulations);
+  else
+    printf("capacity %s: even %d nodes do not keep the high-priority p95 wait within %.0f s (%d runs)\n",
+           name.c_str(), c.largest_tried_nodes, target_s, c.simulations);
+  return 0;
+}
+
 int Simulate(const Args& a) {
   Trace trace;
   std::string which = a.Get("trace", "synthetic");
@@ -179,8 +195,15 @@ int Simulate(const Args& a) {
     }
     rows.push_back(r.metrics);
     csv += MetricsCsvRow(trace.name, r.metrics);
+    if (a.Has("capacity-p95") && (rc = PrintCapacity(trace, name, p, so, a.Num("capacity-p95", 30))) != 0) return rc;
   }
-  printf("%s", MetricsTable(trace.name, rows).c_str());
+  if (a.Has("json")) {
+    std::string json = "{\"trace\":\"" + trace.name + "\",\"policies\":[";
+    for (size_t i = 0; i < rows.size(); ++i) json += (i ? "," : "") + MetricsJson(rows[i]);
+    printf("%s]}\n", json.c_str());
+  } else {
+    printf("%s", MetricsTable(trace.name, rows).c_str());
+  }
   if (a.Has("csv")) {
     std::ofstream o(a.Get("csv"));
     o << csv;
@@ -239,7 +262,7 @@ int Run(const Args& a) {
 bool KnownFlags(const Args& a) {
   static const std::map<std::string, std::vector<std::string>> flags = {
       {"simulate", {"trace", "alibaba-dir", "alibaba-gpus", "alibaba-overload", "seed", "jobs", "nodes", "gpus-per-node",
-                    "load", "policies", "policy-json", "grace", "naive", "csv", "write-trace"}},
+                    "load", "policies", "policy-json", "grace", "naive", "csv", "write-trace", "json", "capacity-p95"}},
       {"plan", {"snapshot", "k8s", "gpus-per-node", "now", "policy", "policy-json", "json"}},
       {"run", {"spec", "slots", "work-dir", "events", "timeout"}},
   };

@@ -568,6 +568,32 @@ TEST(Metrics, PreemptionsPerJobRepreemptionsAndStarvation) {
   EXPECT_NE(MetricsJson(r.metrics).find("\"repreemptions\":0"), std::string::npos) << MetricsJson(r.metrics);
 }
 
+// Capacity report: the fewest nodes keeping the high p95 wait within the bound; one fewer does not.
+TEST(Simulator, CapacityBisectsOverNodes) {
+  SyntheticOptions so;
+  so.seed = 3;
+  so.jobs = 200;
+  so.nodes = 2;  // overloaded on purpose: the search must add nodes
+  Trace t = SyntheticTrace(so);
+  PolicyOptions k8s = KubernetesPolicy();
+  CapacityReport c;
+  ASSERT_TRUE(FindCapacity(t, k8s, SimOptions(), 30, 8, &c).ok());
+  ASSERT_TRUE(c.found);
+  EXPECT_EQ(c.gpus, 8 * c.nodes);
+  EXPECT_LE(c.high_p95_s, 30);
+  auto p95_on = [&](int nodes) {
+    Trace n = t;
+    n.nodes.clear();
+    for (int i = 0; i < nodes; ++i) n.nodes.push_back({"x" + std::to_string(i), 8});
+    SimResult r;
+    EXPECT_TRUE(Simulate(n, k8s, SimOptions(), &r).ok());
+    return r.metrics.high_wait_p95_s;
+  };
+  EXPECT_DOUBLE_EQ(p95_on(c.nodes), c.high_p95_s);
+  if (c.nodes > 1) EXPECT_GT(p95_on(c.nodes - 1), 30);
+  EXPECT_EQ(FindCapacity(t, k8s, SimOptions(), 30, 4, &c).code(), StatusCode::kInvalidArgument);  // 8-GPU jobs
+}
+
 TEST(Metrics, CsvAndTable) {
   SimMetrics m;
   m.policy = "hint";

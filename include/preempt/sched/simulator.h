@@ -179,6 +179,21 @@ struct SimResult {
 Status ValidateTrace(const Trace& trace);
 Status Simulate(const Trace& trace, const PolicyOptions& policy, const SimOptions& opt, SimResult* out);
 
+// Capacity: the fewest nodes of `gpus_per_node` GPUs on which `policy` keeps the high-priority p95
+// wait of the trace's jobs within `target_p95_s` (e.g. the grace period), by bisection over the
+// node count (it assumes more nodes never lengthen that wait). The search starts from enough
+// nodes for the peak offered demand and doubles it (at most 4 times) until the bound holds;
+// found = false when even that many do not suffice. kInvalidArgument for a job larger than a node.
+struct CapacityReport {
+  bool found = false;
+  int nodes = 0, gpus = 0;
+  double high_p95_s = 0;        // on `nodes`
+  int largest_tried_nodes = 0;
+  int simulations = 0;
+};
+Status FindCapacity(const Trace& trace, const PolicyOptions& policy, const SimOptions& opt, double target_p95_s,
+                    int gpus_per_node, CapacityReport* out);
+
 // Metrics as CSV header + row, and a fixed-width table.
 std::string MetricsCsvHeader();
 std::string MetricsCsvRow(const std::string& trace, const SimMetrics& m);
