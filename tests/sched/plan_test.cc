@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "support/test_util.h"
@@ -61,6 +62,23 @@ TEST(Plan, SnapshotWithHintFilesRanksTheCheaperVictim) {
     EXPECT_EQ(k.actions[0].kind, ActionKind::kEvict);
     EXPECT_EQ(k.actions[0].grace_s, 0);
     EXPECT_NE(FormatDecisions(st, k).find("grace=0(kill)"), std::string::npos) << FormatDecisions(st, k);
+  }
+  {
+    // The Kubernetes order with the runtime: SIGTERM with a grace sized from the victim's hints.
+    PolicyOptions runtime;
+    ASSERT_TRUE(PolicyByName("k8s+runtime", &runtime));
+    Decisions k = Decide(st, runtime);
+    ASSERT_EQ(k.actions.size(), 1u) << FormatDecisions(st, k);
+    const JobAction& a = k.actions[0];
+    const Job& v = st.jobs[a.job_index];
+    if (v.hints && v.hints->checkpoint_s() > 0) {
+      EXPECT_DOUBLE_EQ(a.grace_s, 1.5 * std::max(v.hints->grace.needed_s, v.hints->checkpoint_s()) + 10);
+      EXPECT_NE(FormatDecisions(st, k).find(" grace=" + std::to_string(std::lround(a.grace_s)) + "s"),
+                std::string::npos)
+          << FormatDecisions(st, k);
+    } else {
+      EXPECT_EQ(a.grace_s, -1) << FormatDecisions(st, k);
+    }
   }
   std::string text = FormatDecisions(st, d);
   EXPECT_NE(text.find("checkpoint-then-evict"), std::string::npos) << text;
