@@ -35,11 +35,13 @@ const char kUsage[] =
     "  preempt-sched plan (--snapshot FILE | --k8s PODS.json [--gpus-per-node G]) [--policy NAME]\n"
     "                     [--policy-json JSON] [--json]\n"
     "  preempt-sched run --spec FILE [--slots N] [--work-dir DIR] [--events FILE] [--timeout S]\n"
-    "Policies: fcfs (no preemption), k8s (default kube-scheduler victim order, evict now),\n"
-    "hint-norules (hint-aware victims + checkpoint-then-evict, no rules), hint (all rules on),\n"
-    "hint-nodefrag (hint without moves of small high jobs), hint-ckpt (hint, every victim checkpoints on\n"
+    "Policies: fcfs (no preemption), k8s (default kube-scheduler victim order, evict now), k8s+runtime\n"
+    "(the same order, grace sized from each victim's hints), hint-norules (hint-aware victims +\n"
+    "checkpoint-then-evict, no rules), hint (all rules on), hint-defrag (hint with moves of small high\n"
+    "jobs), hint-nodefrag (= hint), hint-ckpt (hint, every victim checkpoints on\n"
     "request), hint-refill (hint + keep the reserved headroom free by background checkpoint-then-evict).\n"
-    "--naive: victims exit at once on SIGTERM (no save); --grace: terminationGracePeriodSeconds.\n";
+    "--naive: victims exit at once on SIGTERM (no save); --grace: terminationGracePeriodSeconds.\n"
+    "--json: every metric per policy as JSON; --capacity-p95 S: fewest nodes keeping the high p95 wait <= S.\n";
 
 struct Args {
   std::string cmd;

@@ -1,7 +1,7 @@
 // preempt/sched/policy_options.h — the knobs of the scheduling policy, and its named presets.
 //
 // PolicyOptions configures Decide() (policy.h). Its fields are grouped by the rule they belong to
-// (classes, eviction, tolerable wait, anti-thrashing, budget, capacity, unknown costs,
+// (classes, eviction, victim cost, tolerable wait, anti-thrashing, budget, capacity, unknown costs,
 // defragmentation, limits); each rule is off when its number is 0 or its flag false, except where
 // a field says otherwise. Every field is described once, in the table PolicyFields() returns:
 // the JSON parser (PolicyFromJson, used by `plan --policy-json`, `simulate --policy-json` and the
@@ -9,7 +9,8 @@
 //
 // Presets (one place, PolicyByName): "fcfs", "k8s" (baselines, every hint-aware rule off),
 // "k8s+runtime" (the Kubernetes order with a grace period sized from each victim's hints: what a
-// cluster gets from the preempt runtime alone), "hint-norules", "hint" (the defaults), "hint-ckpt", "hint-nodefrag", "hint-refill".
+// cluster gets from the preempt runtime alone), "hint-norules", "hint" (the defaults), "hint-ckpt",
+// "hint-nodefrag", "hint-defrag" (moves of high jobs on), "hint-refill".
 //
 // Thread-safety: plain values; the functions are reentrant.
 #pragma once
