@@ -5,6 +5,13 @@
 //               [--reps N] [--quick]
 //               [--csv OUT.csv] [--json OUT.json] [--png OUT.png]
 //               [--grace S] [--naive] [--policies a,b,...]
+//               [--protocol tuning|evaluation|both|off] [--protocol-only] [--protocol-policy NAME]
+//               [--policy-json JSON]
+//
+// First the evaluation protocol (eval_protocol.h): the declared tuning and evaluation sets, each
+// trace with k8s, k8s+runtime and the policy under test (default "hint", --policy-json overrides
+// its fields), the count of traces meeting each target, and the capacity report; --protocol-only
+// stops there.
 //
 // Every trace runs twice, with the same eviction mechanics for every policy (docs/sched.md,
 // "Eviction model"): SIGTERM with the Kubernetes default 30 s grace period, and with a grace
@@ -429,9 +436,10 @@ int main(int argc, char** argv) {
   }
   struct stat sb;
   bool have_alibaba = stat((alibaba + "/pods.csv").c_str(), &sb) == 0;
-  std::string protocol_json = ",\"protocol\":[", capacity_json = "null";
+  std::string protocol_json = ",\"protocol\":[],\"capacity\":null";
   std::vector<std::string> protocol_targets;
   if (protocol != "off") {
+    protocol_json.clear();
     PolicyOptions under_test;
     if (!PolicyByName(protocol_policy, &under_test)) {
       fprintf(stderr, "bench_sched: --protocol-policy: unknown policy '%s'\n", protocol_policy.c_str());
@@ -446,33 +454,13 @@ int main(int argc, char** argv) {
       }
       name += "+overrides";
     }
-    SimOptions sim;  // one eviction model for all three: 30 s grace, victims run the preempt runtime
-    bool first = true;
-    for (const std::string set : {"tuning", "evaluation"}) {
-      if (protocol != "both" && protocol != set) continue;
-      std::vector<bench::ProtocolTrace> traces;
-      const std::string dir = have_alibaba ? alibaba : "";
-      Status s = set == "tuning" ? bench::TuningSet(dir, &traces) : bench::EvaluationSet(dir, &traces);
-      if (s.ok()) {
-        if (!first) protocol_json += ",";
-        first = false;
-        s = bench::RunProtocol(set, traces, name, under_test, sim, &protocol_json, &protocol_targets);
-      }
-      // Capacity for the Alibaba-derived traces of the tuning set (a few simulations each).
-      if (s.ok() && set == "tuning") {
-        std::vector<bench::ProtocolTrace> ali;
-        for (auto& t : traces)
-          if (t.trace.name.find("-ali-") != std::string::npos) ali.push_back(t);
-        capacity_json.clear();
-        s = bench::RunCapacity(ali, name, under_test, sim, &capacity_json);
-      }
-      if (!s.ok()) {
-        fprintf(stderr, "bench_sched: %s\n", s.ToString().c_str());
-        return 1;
-      }
+    Status s = bench::RunSets(protocol, have_alibaba ? alibaba : "", name, under_test, &protocol_json,
+                              &protocol_targets);
+    if (!s.ok()) {
+      fprintf(stderr, "bench_sched: %s\n", s.ToString().c_str());
+      return 1;
     }
   }
-  protocol_json += "],\"capacity\":" + capacity_json;
   if (protocol_only) return 0;
   std::string csv = MetricsCsvHeader();
   std::vector<TraceRun> runs;

@@ -304,4 +304,25 @@ Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& 
   return Status::OK();
 }
 
+Status RunSets(const std::string& which, const std::string& alibaba_dir, const std::string& name,
+               const PolicyOptions& policy, std::string* json, std::vector<std::string>* targets) {
+  const SimOptions sim;  // one eviction model for all three policies
+  std::string protocol, capacity = "null";
+  for (const std::string set : {"tuning", "evaluation"}) {
+    if (which != "both" && which != set) continue;
+    std::vector<ProtocolTrace> traces;
+    PREEMPT_RETURN_IF_ERROR(set == "tuning" ? TuningSet(alibaba_dir, &traces) : EvaluationSet(alibaba_dir, &traces));
+    if (!protocol.empty()) protocol += ",";
+    PREEMPT_RETURN_IF_ERROR(RunProtocol(set, traces, name, policy, sim, &protocol, targets));
+    if (set != "tuning") continue;
+    std::vector<ProtocolTrace> alibaba;  // capacity: a few simulations per trace
+    for (const ProtocolTrace& t : traces)
+      if (t.trace.name.find("-ali-") != std::string::npos) alibaba.push_back(t);
+    capacity.clear();
+    PREEMPT_RETURN_IF_ERROR(RunCapacity(alibaba, name, policy, sim, &capacity));
+  }
+  *json = ",\"protocol\":[" + protocol + "],\"capacity\":" + capacity;
+  return Status::OK();
+}
+
 }  // namespace preempt::sched::bench

@@ -58,4 +58,11 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
 Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& name, const PolicyOptions& policy,
                    const SimOptions& sim, std::string* json);
 
+// Runs the sets named by `which` ("tuning", "evaluation" or "both") with the policy under test
+// and SimOptions' defaults (30 s grace, victims run the preempt runtime): the protocol per set, and
+// the capacity report for the tuning set's Alibaba traces. Writes
+// `,"protocol":[...],"capacity":[...]` to *json and appends the harness "targets" entries.
+Status RunSets(const std::string& which, const std::string& alibaba_dir, const std::string& name,
+               const PolicyOptions& policy, std::string* json, std::vector<std::string>* targets);
+
 }  // namespace preempt::sched::bench
