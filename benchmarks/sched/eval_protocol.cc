@@ -12,13 +12,13 @@ namespace {
 class Rng {  // splitmix64: portable, so every machine builds the same sets
  public:
   explicit Rng(uint64_t seed) : s_(seed * 0x9E3779B97F4A7C15ULL + 0x2545F4914F6CDD1DULL) {}
-  double Uniform() {
+  double uniform() {
     uint64_t z = (s_ += 0x9E3779B97F4A7C15ULL);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
   }
-  size_t Index(size_t n) { return std::min(n - 1, static_cast<size_t>(Uniform() * static_cast<double>(n))); }
+  size_t index(size_t n) { return std::min(n - 1, static_cast<size_t>(uniform() * static_cast<double>(n))); }
 
  private:
   uint64_t s_;
@@ -51,9 +51,9 @@ void RaiseMultiGpuShare(double share, uint64_t seed, Trace* t) {
   Rng rng(seed);
   const size_t n = t->jobs.size();
   for (int k = 0; multi_gpu_s < share * all_gpu_s; ++k) {
-    TraceJob j = multi[rng.Index(multi.size())];
+    TraceJob j = multi[rng.index(multi.size())];
     j.id += "-copy" + std::to_string(k);
-    j.submit = t->jobs[rng.Index(n)].submit + 3600 * rng.Uniform();
+    j.submit = t->jobs[rng.index(n)].submit + 3600 * rng.uniform();
     multi_gpu_s += j.gpus * j.duration_s;
     all_gpu_s += j.gpus * j.duration_s;
     t->jobs.push_back(std::move(j));
@@ -64,7 +64,7 @@ void RaiseMultiGpuShare(double share, uint64_t seed, Trace* t) {
 void MoreMedium(double fraction, uint64_t seed, Trace* t) {
   Rng rng(seed);
   for (TraceJob& j : t->jobs) {
-    if (j.cls == PriorityClass::kLow && rng.Uniform() < fraction) {
+    if (j.cls == PriorityClass::kLow && rng.uniform() < fraction) {
       j.cls = PriorityClass::kMedium;
       j.queue = "Burstable";
     }
@@ -79,7 +79,7 @@ void KeepRandom(double fraction, uint64_t seed, Trace* t) {
   Rng rng(seed);
   std::vector<TraceJob> kept;
   for (TraceJob& j : t->jobs)
-    if (rng.Uniform() < fraction) kept.push_back(std::move(j));
+    if (rng.uniform() < fraction) kept.push_back(std::move(j));
   t->jobs = std::move(kept);
 }
 
