@@ -5,6 +5,13 @@
 //               [--reps N] [--quick]
 //               [--csv OUT.csv] [--json OUT.json] [--png OUT.png]
 //               [--grace S] [--naive] [--policies a,b,...]
+//               [--protocol tuning|evaluation|both|off] [--protocol-only] [--protocol-policy NAME]
+//               [--policy-json JSON]
+//
+// First the evaluation protocol (eval_protocol.h): the declared tuning and evaluation sets, each
+// trace with k8s, k8s+runtime and the policy under test (default "hint", --policy-json overrides
+// its fields), the count of traces meeting each target, and the capacity report; --protocol-only
+// stops there.
 //
 // Every trace runs twice, with the same eviction mechanics for every policy (docs/sched.md,
 // "Eviction model"): SIGTERM with the Kubernetes default 30 s grace period, and with a grace
@@ -33,13 +40,15 @@
 
 #include "preempt/sched/policy.h"
 #include "preempt/sched/simulator.h"
+#include "eval_protocol.h"
 
 using namespace preempt;
 using namespace preempt::sched;
 
 namespace {
 
-std::vector<std::string> kPolicies = {"fcfs", "k8s", "hint-norules", "hint-ckpt", "hint", "hint-nodefrag", "hint-refill"};
+std::vector<std::string> kPolicies = {"fcfs", "k8s", "k8s+runtime", "hint-norules", "hint-ckpt", "hint", "hint-defrag",
+                                      "hint-refill"};
 
 struct TraceRun {
   std::string trace;
@@ -47,33 +56,7 @@ struct TraceRun {
   std::map<std::string, SimMetrics> by_policy;
 };
 
-std::string Json(const SimMetrics& m) {
-  char buf[1024];
-  snprintf(buf, sizeof buf,
-           "{\"high_wait_mean_s\":%.3f,\"high_wait_p95_s\":%.3f,\"medium_wait_mean_s\":%.3f,\"low_wait_mean_s\":%.3f,"
-           "\"low_wait_max_s\":%.3f,\"low_completed\":%d,\"low_total\":%d,\"low_starved\":%d,\"lost_gpu_hours\":%.4f,"
-           "\"preemptions\":%d,\"checkpoint_requests\":%d,\"thrash_cycles\":%d,\"utilization\":%.4f,"
-           "\"decide_mean_us\":%.2f,\"decide_max_us\":%.2f,\"capacity_violations\":%d,\"lost_restore_gpu_hours\":%.4f,"
-           "\"lost_discarded_gpu_hours\":%.4f,\"lost_stopped_gpu_hours\":%.4f,\"moves\":%d,\"move_restart_wait_mean_s\":%.1f}",
-           m.high_wait_mean_s, m.high_wait_p95_s, m.medium_wait_mean_s, m.low_wait_mean_s, m.low_wait_max_s,
-           m.low_completed, m.low_total, m.low_starved, m.lost_gpu_hours, m.preemptions, m.checkpoint_requests,
-           m.thrash_cycles, m.utilization, m.decide_mean_us, m.decide_max_us, m.capacity_violations,
-           m.lost_restore_gpu_hours, m.lost_discarded_gpu_hours, m.lost_stopped_gpu_hours, m.moves,
-           m.move_restarts ? m.move_restart_wait_s / m.move_restarts : 0.0);
-  std::string out = buf;
-  out.pop_back();  // '}'
-  for (int tail = 0; tail < 2; ++tail) {
-    out += tail ? ",\"high_tail_wait_by_cause_s\":{" : ",\"high_wait_by_cause_s\":{";
-    for (int k = 0; k < SimMetrics::kCauses; ++k) {
-      snprintf(buf, sizeof buf, "%s\"%s\":%.1f", k ? "," : "", SimWaitCauseName(k),
-               tail ? m.high_tail_wait_cause_s[k] : m.high_wait_cause_s[k]);
-      out += buf;
-    }
-    out += "}";
-  }
-  out += "}";
-  return out;
-}
+std::string Json(const SimMetrics& m) { return MetricsJson(m); }
 
 SimOptions g_sim;
 
@@ -304,7 +287,7 @@ std::vector<std::string> SeedSweep(int n, int jobs, const std::vector<double>& g
       if (Simulate(traces[s], FcfsPolicy(), so, &r).ok()) fcfs[s] = r.metrics;
     }
     // "hint-waitsaves": hint that waits for every slow saver (no tolerable wait), for comparison.
-    for (const char* name : {"hint", "hint-nodefrag", "hint-waitsaves"}) {
+    for (const char* name : {"hint", "hint-defrag", "hint-waitsaves"}) {
       PolicyOptions p;
       if (std::string(name) == "hint-waitsaves") {
         p.high_tolerable_wait = TolerableWait::kOff;
@@ -370,6 +353,9 @@ int main(int argc, char** argv) {
   const std::string repo = PREEMPT_SOURCE_DIR;
   std::string alibaba = repo + "/data/traces/alibaba-gpu-2023", csv_path, json_path, png_path;
   int jobs = 2000, seeds = 1, reps = 50, sweep_seeds = 20;
+  // The evaluation protocol (eval_protocol.h): which sets, the policy under test, overrides.
+  std::string protocol = "both", protocol_policy = "hint", policy_json;
+  bool protocol_only = false;
   // Alibaba cluster sizes: 1.3 -> 7 nodes, 1.5 -> 6, 2.0 -> 5, 2.2 -> 4 (peak demand 70 GPUs).
   std::vector<double> overloads = {1.3, 1.5, 2.0, 2.2};
   bool grace_set = false;
@@ -418,6 +404,16 @@ int main(int argc, char** argv) {
         }
       }
     }
+    else if (a == "--protocol") {
+      protocol = next();
+      if (protocol != "tuning" && protocol != "evaluation" && protocol != "both" && protocol != "off") {
+        fprintf(stderr, "bench_sched: --protocol: '%s' is not tuning, evaluation, both or off\n", protocol.c_str());
+        return 2;
+      }
+    }
+    else if (a == "--protocol-only") protocol_only = true;
+    else if (a == "--protocol-policy") protocol_policy = next();
+    else if (a == "--policy-json") policy_json = next();
     else if (a == "--jobs") jobs = std::atoi(next().c_str());
     else if (a == "--seeds") seeds = std::atoi(next().c_str());
     else if (a == "--sweep-seeds") sweep_seeds = std::max(0, std::atoi(next().c_str()));
@@ -432,14 +428,42 @@ int main(int argc, char** argv) {
     }
     else {
       fprintf(stderr, "usage: bench_sched [--alibaba DIR] [--alibaba-overloads X,Y] [--jobs N] [--seeds N] [--sweep-seeds N] [--reps N] [--quick] [--csv F] [--json F] "
-                      "[--png F] [--grace S] [--naive] [--policies a,b]\n");
+                      "[--png F] [--grace S] [--naive] [--policies a,b]\n"
+                      "                   [--protocol tuning|evaluation|both|off] [--protocol-only] [--protocol-policy NAME] "
+                      "[--policy-json JSON]\n");
       return 2;
     }
   }
-  std::string csv = MetricsCsvHeader();
-  std::vector<TraceRun> runs;
   struct stat sb;
   bool have_alibaba = stat((alibaba + "/pods.csv").c_str(), &sb) == 0;
+  std::string protocol_json = ",\"protocol\":[],\"capacity\":null";
+  std::vector<std::string> protocol_targets;
+  if (protocol != "off") {
+    protocol_json.clear();
+    PolicyOptions under_test;
+    if (!PolicyByName(protocol_policy, &under_test)) {
+      fprintf(stderr, "bench_sched: --protocol-policy: unknown policy '%s'\n", protocol_policy.c_str());
+      return 2;
+    }
+    std::string name = protocol_policy;
+    if (!policy_json.empty()) {
+      Status s = PolicyFromJson(policy_json, &under_test);
+      if (!s.ok()) {
+        fprintf(stderr, "bench_sched: --policy-json: %s\n", s.to_string().c_str());
+        return 2;
+      }
+      name += "+overrides";
+    }
+    Status s = bench::RunSets(protocol, have_alibaba ? alibaba : "", name, under_test, &protocol_json,
+                              &protocol_targets);
+    if (!s.ok()) {
+      fprintf(stderr, "bench_sched: %s\n", s.to_string().c_str());
+      return 1;
+    }
+  }
+  if (protocol_only) return 0;
+  std::string csv = MetricsCsvHeader();
+  std::vector<TraceRun> runs;
   // Two eviction settings, the same for every policy: the Kubernetes default grace period (30 s)
   // and a grace period sized from each job's hints (examples/k8s). --grace S runs only S (0 = sized).
   std::vector<double> graces = {30, 0};
@@ -503,7 +527,7 @@ int main(int argc, char** argv) {
       first = false;
     }
     json << "}}";
-    for (const char* name : {"hint", "hint-nodefrag", "hint-refill"})
+    for (const char* name : {"hint", "hint-defrag", "hint-refill"})
       if (runs[i].by_policy.count(name) && runs[i].by_policy.count("k8s") && runs[i].by_policy.count("fcfs"))
         targets.push_back(Targets(runs[i], name));
   }
@@ -520,7 +544,7 @@ int main(int argc, char** argv) {
   printf("\n== Decide() latency, 10,000 jobs on 1,000 nodes x 8 GPUs (%d reps)\n", reps);
   json << ",\"decision_latency\":{";
   bool first = true;
-  for (const std::string name : {"k8s", "hint", "hint-refill", "hint/fragmented", "hint-nodefrag/fragmented"}) {
+  for (const std::string name : {"k8s", "hint", "hint-refill", "hint-defrag/fragmented", "hint/fragmented"}) {
     // hint/fragmented: a 1-GPU high job on every node; pending multi-GPU high jobs search moves.
     const bool fragmented = name.find("/fragmented") != std::string::npos;
     PolicyOptions p;
@@ -544,7 +568,9 @@ int main(int argc, char** argv) {
              l.median_ms < 10 ? "true" : "false");
     targets.push_back(t);
   }
-  json << "},\"alibaba_present\":" << (have_alibaba ? "true" : "false") << ",\"targets\":[";
+  json << "}" << protocol_json;
+  for (auto& t : protocol_targets) targets.push_back(t);
+  json << ",\"alibaba_present\":" << (have_alibaba ? "true" : "false") << ",\"targets\":[";
   for (size_t i = 0; i < targets.size(); ++i) json << (i ? "," : "") << targets[i];
   json << "]}\n";
 

@@ -3,8 +3,8 @@
 
 usage: /usr/bin/python3 benchmarks/sched/plot_sched.py IN.csv OUT.png
 
-One row of panels per trace: lost GPU-hours, high-priority mean and p95 wait, thrash cycles and
-utilization, one bar per policy.
+One row of panels per trace: lost GPU-hours, high-priority mean and p95 wait,
+most-preempted job, re-preemptions within an hour of a restart and utilization, one bar per policy.
 """
 import csv
 import sys
@@ -28,11 +28,12 @@ def main():
         ("lost_gpu_hours", "lost GPU-hours"),
         ("high_wait_mean_s", "high-priority mean wait (s)"),
         ("high_wait_p95_s", "high-priority p95 wait (s)"),
-        ("thrash_cycles", "thrash cycles"),
+        ("preemptions_per_job_max", "most-preempted job (preemptions)"),
+        ("repreemptions", "re-preemptions within 1 h of a restart"),
         ("utilization", "GPU utilization"),
     ]
     fig, axes = plt.subplots(len(traces), len(panels), figsize=(4 * len(panels), 3.2 * len(traces)), squeeze=False)
-    colors = {"fcfs": "#999999", "k8s": "#d62728", "hint-norules": "#ff7f0e", "hint-ckpt": "#9467bd", "hint": "#1f77b4", "hint-nodefrag": "#17becf", "hint-refill": "#2ca02c"}
+    colors = {"fcfs": "#999999", "k8s": "#d62728", "hint-norules": "#ff7f0e", "hint-ckpt": "#9467bd", "hint": "#1f77b4", "hint-nodefrag": "#17becf", "hint-defrag": "#17becf", "k8s+runtime": "#8c564b", "hint-refill": "#2ca02c"}
     for ti, trace in enumerate(traces):
         sub = [r for r in rows if r["trace"] == trace]
         names = [r["policy"] for r in sub]

@@ -19,7 +19,7 @@ void RefillHeadroom(PassState* pass, ClusterRules* rules, const VictimCosts& cos
       const Job& v = jobs[vi];
       if (p.chosen[vi] || v.cls == PriorityClass::kHigh) continue;
       if (rules->in_min_runtime(v, /*overridden=*/false, /*note_release=*/true)) continue;
-      cands.emplace_back(static_cast<int>(v.cls) * 1e12 + cost_of[vi].lost_gpu_s / v.gpus, vi);
+      cands.emplace_back(static_cast<int>(v.cls) * 1e12 + cost_of[vi].rank_gpu_s / v.gpus, vi);
     }
   }
   std::sort(cands.begin(), cands.end());

@@ -32,17 +32,19 @@ const char kUsage[] =
     "                         [--load X] [--policies fcfs,k8s,hint-norules,hint] [--policy-json JSON]\n"
     "                         [--grace S (0 = sized from hints; default 30)] [--naive]\n"
     "                         [--csv OUT.csv] [--json OUT.json] [--write-trace OUT.csv (with --policies none:\n"
-    "                         write the trace only)]\n"
+    "                         write the trace only)] [--capacity-p95 S]\n"
     "                         [--progress S (default 5; 0 = off)]\n"
     "  preempt-sched plan (--snapshot FILE | --k8s PODS.json [--k8s-nodes NODES.json] [--gpus-per-node G])\n"
     "                     [--policy NAME]\n"
     "                     [--policy-json JSON] [--json]\n"
     "  preempt-sched run --spec FILE [--slots N] [--work-dir DIR] [--events FILE] [--timeout S]\n"
-    "Policies: fcfs (no preemption), k8s (default kube-scheduler victim order, evict now),\n"
-    "hint-norules (hint-aware victims + checkpoint-then-evict, no rules), hint (all rules on),\n"
-    "hint-nodefrag (hint without moves of small high jobs), hint-ckpt (hint, every victim checkpoints on\n"
+    "Policies: fcfs (no preemption), k8s (default kube-scheduler victim order, evict now), k8s+runtime\n"
+    "(the same order, grace sized from each victim's hints), hint-norules (hint-aware victims +\n"
+    "checkpoint-then-evict, no rules), hint (all rules on), hint-defrag (hint with moves of small high\n"
+    "jobs), hint-nodefrag (= hint), hint-ckpt (hint, every victim checkpoints on\n"
     "request), hint-refill (hint + keep the reserved headroom free by background checkpoint-then-evict).\n"
-    "--naive: victims exit at once on SIGTERM (no save); --grace: terminationGracePeriodSeconds.\n";
+    "--naive: victims exit at once on SIGTERM (no save); --grace: terminationGracePeriodSeconds.\n"
+    "--json OUT.json: every metric per policy and its bill; --capacity-p95 S: fewest nodes keeping the high p95 wait <= S.\n";
 
 struct Args {
   std::string cmd;
@@ -118,7 +120,7 @@ bool MakePolicy(const std::string& name, const Args& a, PolicyOptions* p) {
   return true;
 }
 
-// simulate --json: a few headline metrics and the bill per queue of each policy's run.
+// simulate --json: every metric of each policy's run (MetricsJson) with its bill per queue.
 Status WriteRunsJson(const std::string& path, const std::string& trace, const std::vector<SimMetrics>& rows) {
   std::ofstream o(path);
   std::string name;  // the trace's name is a path for CSV traces
@@ -129,13 +131,29 @@ Status WriteRunsJson(const std::string& path, const std::string& trace, const st
   o << "{\"trace\":\"" << name << "\",\"runs\":[";
   for (size_t i = 0; i < rows.size(); ++i) {
     const SimMetrics& m = rows[i];
-    o << (i ? "," : "") << "{\"policy\":\"" << m.policy << "\",\"jobs\":" << m.jobs << ",\"completed\":" << m.completed
-      << ",\"high_wait_p95_s\":" << m.high_wait_p95_s << ",\"lost_gpu_hours\":" << m.lost_gpu_hours
-      << ",\"preemptions\":" << m.preemptions << ",\"bill\":" << BillJson(m) << "}";
+    std::string one = MetricsJson(m);  // an object: its closing brace makes room for the bill
+    one.insert(one.size() - 1, ",\"bill\":" + BillJson(m));
+    o << (i ? "," : "") << one;
   }
   o << "]}\n";
   if (!o) return Status(StatusCode::kIoError, "write " + path);
   return Status::OK();
+}
+
+// Capacity report: the fewest nodes (of the trace's node size) keeping the high p95 wait <= target_s.
+int PrintCapacity(const Trace& trace, const std::string& name, const PolicyOptions& p, const SimOptions& so,
+                  double target_s) {
+  if (!(target_s >= 0)) return Fail(Status(StatusCode::kInvalidArgument, "--capacity-p95: must be >= 0"));
+  CapacityReport c;
+  Status s = FindCapacity(trace, p, so, target_s, trace.nodes.empty() ? 8 : trace.nodes[0].gpus, &c);
+  if (!s.ok()) return Fail(s);
+  if (c.found)
+    printf("capacity %s: %d nodes (%d GPUs) keep the high-priority p95 wait within %.0f s (p95 %.0f s; %d runs)\n",
+           name.c_str(), c.nodes, c.gpus, target_s, c.high_p95_s, c.simulations);
+  else
+    printf("capacity %s: even %d nodes do not keep the high-priority p95 wait within %.0f s (%d runs)\n",
+           name.c_str(), c.largest_tried_nodes, target_s, c.simulations);
+  return 0;
 }
 
 int Simulate(const Args& a) {
@@ -214,6 +232,7 @@ int Simulate(const Args& a) {
     }
     rows.push_back(r.metrics);
     csv += MetricsCsvRow(trace.name, r.metrics);
+    if (a.has("capacity-p95") && (rc = PrintCapacity(trace, name, p, so, a.num("capacity-p95", 30))) != 0) return rc;
   }
   printf("%s", MetricsTable(trace.name, rows).c_str());
   printf("bill per queue (GPU-hours held, priced per class by gpu_hour_price):\n%s", BillTable(rows).c_str());
@@ -284,7 +303,8 @@ int Run(const Args& a) {
 bool KnownFlags(const Args& a) {
   static const std::map<std::string, std::vector<std::string>> flags = {
       {"simulate", {"trace", "alibaba-dir", "alibaba-gpus", "alibaba-overload", "seed", "jobs", "nodes", "gpus-per-node",
-                    "load", "policies", "policy-json", "grace", "naive", "csv", "json", "write-trace", "progress"}},
+                    "load", "policies", "policy-json", "grace", "naive", "csv", "json", "write-trace", "progress",
+                    "capacity-p95"}},
       {"plan", {"snapshot", "k8s", "k8s-nodes", "gpus-per-node", "now", "policy", "policy-json", "json"}},
       {"run", {"spec", "slots", "work-dir", "events", "timeout"}},
   };

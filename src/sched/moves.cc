@@ -44,7 +44,7 @@ std::vector<int> Mover::lower_victims(int node, const Job& j) const {
   const CostView hc = costs_.for_high(j.gpus);
   std::sort(out.begin(), out.end(), [&](int a, int b) {
     if (jobs[a].cls != jobs[b].cls) return jobs[a].cls < jobs[b].cls;
-    double ca = hc[a].lost_gpu_s / jobs[a].gpus, cb = hc[b].lost_gpu_s / jobs[b].gpus;
+    double ca = hc[a].rank_gpu_s / jobs[a].gpus, cb = hc[b].rank_gpu_s / jobs[b].gpus;
     if (ca != cb) return ca < cb;
     return jobs[a].id < jobs[b].id;
   });
@@ -69,7 +69,7 @@ Mover::Cand Mover::candidate(int node, const Job& j) const {
   if (avail + low_g + mov_g < j.gpus) return c;
   const CostView ordinary = costs_.ordinary();
   std::sort(mov.begin(), mov.end(), [&](int a, int b) {
-    double ca = ordinary[a].lost_gpu_s / jobs[a].gpus, cb = ordinary[b].lost_gpu_s / jobs[b].gpus;
+    double ca = ordinary[a].rank_gpu_s / jobs[a].gpus, cb = ordinary[b].rank_gpu_s / jobs[b].gpus;
     if (ca != cb) return ca < cb;
     return jobs[a].id < jobs[b].id;
   });
@@ -83,7 +83,7 @@ Mover::Cand Mover::candidate(int node, const Job& j) const {
     const VictimCost& vc = moved ? ordinary[vi] : costs_.for_high(j.gpus)[vi];
     moves += moved;
     c.steps.push_back({vi, node, -1, moved ? -2 : -1, vc});
-    c.bound += vc.lost_gpu_s;
+    c.bound += vc.rank_gpu_s;
     c.wait = std::max(c.wait, vc.wait_s);
   }
   if (moves == 0 || moves > p_.cfg.defrag_max_moves) return Cand{};
@@ -114,7 +114,7 @@ const std::vector<const Mover::DestOption*>& Mover::Destinations(
         for (int vi : lower_victims(node, moved)) {
           if (need <= 0) break;
           d.victims.push_back(vi);
-          d.cost += hc[vi].lost_gpu_s;
+          d.cost += hc[vi].rank_gpu_s;
           need -= p_.jobs[vi].gpus;
         }
       }
@@ -176,7 +176,7 @@ bool Mover::place(const Cand& cand, double best_cost, std::map<int, std::vector<
     for (int vi : dest->victims) {
       const VictimCost& vc = costs_.for_high(g)[vi];
       steps.push_back({vi, dest->node, mv->vi, -1, vc});
-      cost += vc.lost_gpu_s;
+      cost += vc.rank_gpu_s;
     }
   }
   if (cost >= best_cost) return false;

@@ -408,7 +408,8 @@ std::string FormatDecisions(const ClusterState& st, const Decisions& d) {
       snprintf(buf, sizeof buf, " est_lost=%.0fGPU-s", a.est_lost_gpu_s);
       o << buf;
     }
-    if (a.kind == ActionKind::kEvict) o << (a.grace_s == 0 ? " grace=0(kill)" : a.grace_s < 0 ? " grace=own" : "");
+    if (a.kind == ActionKind::kEvict)
+      o << (a.grace_s == 0 ? " grace=0(kill)" : a.grace_s < 0 ? " grace=own" : " grace=" + std::to_string(std::lround(a.grace_s)) + "s");
     if (a.to_node >= 0 && a.to_node < static_cast<int>(st.nodes.size())) o << " move_to=" << st.nodes[a.to_node].name;
     o << "  # " << a.reason << "\n";
   }

@@ -154,7 +154,10 @@ class Placer {
       const int vi = best.victims[k];
       const Job& v = p_.jobs[vi];
       VictimCost vc = p_.hint ? best.costs[k] : VictimCost{};
-      if (!p_.hint) vc.lost_gpu_s = v.gpus * (EstimatedLostWork(v, p_.now, p_.cfg) + RestoreOf(v, p_.cfg));
+      if (!p_.hint) {
+        vc.lost_gpu_s = v.gpus * (EstimatedLostWork(v, p_.now, p_.cfg) + RestoreOf(v, p_.cfg));
+        vc.grace_s = SigtermGrace(v, p_.now, p_.cfg);
+      }
       std::string reason = SearchVictimReason(p_, vi, j, best.node, best.count, vc);
       p_.evict(VictimAction(p_, vi, best.node, j.id, ji, vc, std::move(reason)));
       rules_.charge_budget(v, vc);

@@ -126,6 +126,22 @@ std::vector<Field> MakeFields() {
                       "evict anyway when a requested commit has not shown up by then"));
   f.push_back(Flag("kill_after_commit", "eviction", &O::kill_after_commit,
                    "once a requested commit is durable, kill at once (no second save on SIGTERM)"));
+  f.push_back({{"victim_grace", "eviction", "string", "\"own\" | \"hint-sized\"",
+                "grace period of a SIGTERM eviction: the victim's own, or 1.5 x its hints' grace needed + 10 s "
+                "(own when its cost is not measured)"},
+               [](const rapidjson::Value& v, O* o) {
+                 std::string s = v.IsString() ? v.GetString() : "";
+                 if (s == "own") o->victim_grace = VictimGrace::kOwn;
+                 else if (s == "hint-sized") o->victim_grace = VictimGrace::kHintSized;
+                 else return false;
+                 return true;
+               },
+               [](const O& o) {
+                 return std::string(o.victim_grace == VictimGrace::kOwn ? "\"own\"" : "\"hint-sized\"");
+               }});
+  f.push_back(Number("repeat_victim_weight", "victim cost", "number", 0, 1e6, "[0, 1e6]", &O::repeat_victim_weight,
+                     "each earlier preemption or move of a victim multiplies its cost in the victim search by 1 + "
+                     "this (0 = off)"));
   f.push_back({{"high_tolerable_wait", "tolerable wait", "string or seconds", "\"victim-grace\" | \"off\" | (0, 1e9]",
                 "longest a high preemptor waits for one victim's save (slower savers are killed): the victim's "
                 "grace period, no limit, or fixed seconds"},
@@ -156,6 +172,8 @@ std::vector<Field> MakeFields() {
                     "the tolerable wait applies to high preemptors of at least this many GPUs"));
   f.push_back(Seconds("min_runtime_s", "anti-thrashing", &O::min_runtime_s,
                       "not a victim before running this long since it (re)started"));
+  f.push_back(Seconds("min_runtime_per_preemption_s", "anti-thrashing", &O::min_runtime_per_preemption_s,
+                      "the minimum run time grows by this for each earlier preemption or move of the job"));
   f.push_back(Seconds("cooldown_s", "anti-thrashing", &O::cooldown_s, "a preempted job is not restarted before this"));
   f.push_back(Seconds("high_min_runtime_override_s", "anti-thrashing", &O::high_min_runtime_override_s,
                       "a high job waiting this long may take victims inside their minimum run time (0 = off)"));
@@ -326,6 +344,7 @@ PolicyOptions HintAwareNoRulesPolicy() {
   PolicyOptions c;
   c.kind = PolicyKind::kHintAware;
   c.min_runtime_s = 0;
+  c.min_runtime_per_preemption_s = 0;
   c.cooldown_s = 0;
   c.budget_max_preemptions = 0;
   c.budget_max_lost_gpu_hours = 0;
@@ -334,6 +353,7 @@ PolicyOptions HintAwareNoRulesPolicy() {
   c.low_guaranteed_share = 0;
   c.nonhigh_preempt_delay_s = 0;
   c.defrag_max_moves = 0;
+  c.repeat_victim_weight = 0;
   return c;
 }
 
@@ -352,8 +372,8 @@ PolicyOptions KubernetesPolicy() {
 }
 
 const std::vector<std::string>& PolicyPresetNames() {
-  static const std::vector<std::string> names = {"fcfs", "k8s", "hint-norules", "hint-ckpt",
-                                                 "hint", "hint-nodefrag", "hint-refill"};
+  static const std::vector<std::string> names = {"fcfs", "k8s", "k8s+runtime", "hint-norules", "hint-ckpt",
+                                                 "hint", "hint-nodefrag", "hint-defrag", "hint-refill"};
   return names;
 }
 
@@ -361,14 +381,20 @@ bool PolicyByName(const std::string& name, PolicyOptions* out) {
   PolicyOptions p;
   if (name == "fcfs") p = FcfsPolicy();
   else if (name == "k8s") p = KubernetesPolicy();
+  else if (name == "k8s+runtime") {
+    p = KubernetesPolicy();
+    p.victim_grace = VictimGrace::kHintSized;
+  }
   else if (name == "hint-norules") p = HintAwareNoRulesPolicy();
   else if (name == "hint") p = PolicyOptions();
   else if (name == "hint-ckpt") {  // checkpoint-then-evict only: no SIGTERM save, kill-now or tolerable-wait rules
     p.sigterm_save = false;
     p.kill_now_max_lost_s = 0;
     p.high_tolerable_wait = TolerableWait::kOff;
-  } else if (name == "hint-nodefrag") {  // hint without moves of high jobs (defragmentation)
+  } else if (name == "hint-nodefrag") {  // hint without moves of high jobs (defragmentation; off by default)
     p.defrag_max_moves = 0;
+  } else if (name == "hint-defrag") {  // hint with moves of up to 4 smaller high jobs
+    p.defrag_max_moves = 4;
   } else if (name == "hint-refill") {
     p.refill_headroom = true;
   } else {

@@ -72,14 +72,16 @@ std::string SearchVictimReason(const PassState& p, int vi, const Job& j, int nod
   const char* cls = PriorityClassName(j.cls);
   const double uncommitted = EstimatedLostWork(v, p.now, cfg);
   if (cfg.kind == PolicyKind::kKubernetes) {
-    return Fmt("k8s order: %s victim on %s for %s job %s (%d victim(s) on node, started %.0f s ago)",
-               PriorityClassName(v.cls), on, cls, j.id.c_str(), count, p.now - v.start_time);
+    std::string grace = vc.grace_s > 0 ? Fmt("; grace %.0f s sized from its hints", vc.grace_s) : "";
+    return Fmt("k8s order: %s victim on %s for %s job %s (%d victim(s) on node, started %.0f s ago%s)",
+               PriorityClassName(v.cls), on, cls, j.id.c_str(), count, p.now - v.start_time, grace.c_str());
   }
   switch (vc.mode) {
     case EvictionMode::kSaveInGrace:
       return Fmt("least lost work on %s for %s job %s: SIGTERM, saves within its %.0f s grace (needs %.1f s), "
                  "loses %.0f GPU-s incl. restore vs %.0f s uncommitted now",
-                 on, cls, j.id.c_str(), v.hints->grace.granted_s, vc.wait_s, vc.lost_gpu_s, uncommitted);
+                 on, cls, j.id.c_str(), vc.grace_s > 0 ? vc.grace_s : v.hints->grace.granted_s, vc.wait_s,
+                 vc.lost_gpu_s, uncommitted);
     case EvictionMode::kKillSmall:
       return Fmt("least lost work on %s for high job %s: kill now, only %.0f s uncommitted (<= %.0f s, no "
                  "wait for a save), %.0f GPU-s incl. restore",

@@ -33,7 +33,7 @@ struct SimJob {
   double last_preempted = -kSimInf;
   double moved_at = -1;       // a move (defragmentation) ended its run here; -1 once restarted
   double last_moved = -kSimInf;
-  int preemptions = 0;
+  int preemptions = 0, moves = 0;
   bool placed = false;
   int node = -1;
 

@@ -25,6 +25,13 @@ double Mean(const std::vector<double>& v) {
   return s / static_cast<double>(v.size());
 }
 
+// Time from submit to finish (or `end`) not spent training: queueing, waits after preemptions,
+// restores and redone work.
+double TotalDelay(const SimJob& s, double end) {
+  if (s.finish >= 0) return std::max(0.0, s.finish - s.t->submit - s.t->duration_s);
+  return std::max(0.0, end - s.t->submit - s.p0);
+}
+
 }  // namespace
 
 void FinishMetrics(const std::vector<SimJob>& jobs, const std::vector<std::array<double, SimMetrics::kCauses>>& wait_by,
@@ -32,7 +39,7 @@ void FinishMetrics(const std::vector<SimJob>& jobs, const std::vector<std::array
                    SimResult* res) {
   SimMetrics& m = res->metrics;
   constexpr int kCauses = SimMetrics::kCauses;
-  std::vector<double> hw, mw, lw;
+  std::vector<double> hw, mw, lw, per_job;
   double alloc = 0, lost = 0;
   res->first_start.resize(jobs.size());
   res->finish.resize(jobs.size());
@@ -51,6 +58,8 @@ void FinishMetrics(const std::vector<SimJob>& jobs, const std::vector<std::array
     if (s.finish >= 0) m.work_conservation_error_s += std::fabs(s.allocated_gpu_s - s.lost_gpu_s - s.t->gpus * s.t->duration_s);
     double wait = s.first_start >= 0 ? s.first_start - s.t->submit : std::max(0.0, end - s.t->submit);
     if (s.t->submit > end) continue;
+    per_job.push_back(s.preemptions + s.moves);
+    m.preemptions_per_job_max = std::max(m.preemptions_per_job_max, s.preemptions + s.moves);
     switch (s.t->cls) {
       case PriorityClass::kHigh: hw.push_back(wait); break;
       case PriorityClass::kMedium: mw.push_back(wait); break;
@@ -59,6 +68,8 @@ void FinishMetrics(const std::vector<SimJob>& jobs, const std::vector<std::array
         m.low_total++;
         if (s.finish >= 0) m.low_completed++;
         if (wait > opt.starvation_s) m.low_starved++;
+        if (TotalDelay(s, end) > std::max(opt.starvation_s, opt.starvation_runtime_factor * s.t->duration_s))
+          m.low_starved_delay++;
         break;
     }
     res->first_start[i] = s.first_start;
@@ -79,13 +90,15 @@ void FinishMetrics(const std::vector<SimJob>& jobs, const std::vector<std::array
     }
   }
   m.medium_wait_mean_s = Mean(mw);
+  m.medium_wait_p95_s = Percentile(mw, 0.95);
+  m.preemptions_per_job_mean = Mean(per_job);
+  m.preemptions_per_job_p99 = Percentile(per_job, 0.99);
   m.low_wait_mean_s = Mean(lw);
   m.low_wait_max_s = lw.empty() ? 0 : *std::max_element(lw.begin(), lw.end());
   m.lost_gpu_hours = lost / 3600.0;
   m.makespan_s = first_submit < kSimInf ? end - first_submit : 0;
   m.utilization = m.makespan_s > 0 ? alloc / (static_cast<double>(total_gpus) * m.makespan_s) : 0;
   m.decide_mean_us = m.decisions ? decide_total_us / m.decisions : 0;
-  if (m.work_conservation_error_s > 1e-3 * std::max(1, m.completed))
   if (m.work_conservation_error_s > 1e-3 * std::max(1, m.completed) && res->violations.size() < 20)
     res->violations.push_back("work not conserved: error " + std::to_string(m.work_conservation_error_s) + " GPU-s");
 }
@@ -101,38 +114,81 @@ std::string MetricsCsvHeader() {
   return "trace,policy,jobs,completed,high_wait_mean_s,high_wait_p95_s,medium_wait_mean_s,low_wait_mean_s,"
          "low_wait_max_s,low_total,low_completed,low_starved,lost_gpu_hours,preemptions,checkpoint_requests,"
          "thrash_cycles,utilization,makespan_s,decisions,decide_mean_us,decide_max_us,capacity_violations,"
-         "lost_restore_gpu_hours,lost_discarded_gpu_hours,lost_stopped_gpu_hours,moves,move_restart_wait_mean_s\n";
+         "lost_restore_gpu_hours,lost_discarded_gpu_hours,lost_stopped_gpu_hours,moves,move_restart_wait_mean_s,"
+         "preemptions_per_job_mean,preemptions_per_job_p99,preemptions_per_job_max,repreemptions,"
+         "medium_wait_p95_s,low_starved_delay\n";
 }
 
 std::string MetricsCsvRow(const std::string& trace, const SimMetrics& m) {
   char buf[1024];
   snprintf(buf, sizeof buf,
-           "%s,%s,%d,%d,%.1f,%.1f,%.1f,%.1f,%.1f,%d,%d,%d,%.3f,%d,%d,%d,%.4f,%.0f,%d,%.1f,%.1f,%d,%.3f,%.3f,%.3f,%d,%.1f\n",
+           "%s,%s,%d,%d,%.1f,%.1f,%.1f,%.1f,%.1f,%d,%d,%d,%.3f,%d,%d,%d,%.4f,%.0f,%d,%.1f,%.1f,%d,%.3f,%.3f,%.3f,%d,%.1f,"
+           "%.4f,%.0f,%d,%d,%.1f,%d\n",
            trace.c_str(),
            m.policy.c_str(), m.jobs, m.completed, m.high_wait_mean_s, m.high_wait_p95_s, m.medium_wait_mean_s,
            m.low_wait_mean_s, m.low_wait_max_s, m.low_total, m.low_completed, m.low_starved, m.lost_gpu_hours,
            m.preemptions, m.checkpoint_requests, m.thrash_cycles, m.utilization, m.makespan_s, m.decisions,
            m.decide_mean_us, m.decide_max_us, m.capacity_violations, m.lost_restore_gpu_hours,
            m.lost_discarded_gpu_hours, m.lost_stopped_gpu_hours, m.moves,
-           m.move_restarts ? m.move_restart_wait_s / m.move_restarts : 0.0);
+           m.move_restarts ? m.move_restart_wait_s / m.move_restarts : 0.0, m.preemptions_per_job_mean,
+           m.preemptions_per_job_p99, m.preemptions_per_job_max, m.repreemptions, m.medium_wait_p95_s,
+           m.low_starved_delay);
   return buf;
 }
 
 std::string MetricsTable(const std::string& trace, const std::vector<SimMetrics>& rows) {
   std::ostringstream o;
   char buf[512];
-  snprintf(buf, sizeof buf, "%-26s %-13s %10s %10s %10s %8s %6s %8s %7s %9s %9s %7s %6s  %s\n", "trace", "policy",
-           "hi_mean_s", "hi_p95_s", "lost_GPUh", "preempt", "moves", "ckpt_req", "thrash", "lo_mean_s", "lo_starv", "util",
-           "dec_us", "lost=restore+discarded+stopped");
+  snprintf(buf, sizeof buf, "%-26s %-13s %10s %10s %10s %8s %6s %8s %7s %9s %9s %7s %6s %14s %6s %9s %10s  %s\n",
+           "trace", "policy", "hi_mean_s", "hi_p95_s", "lost_GPUh", "preempt", "moves", "ckpt_req", "thrash",
+           "lo_mean_s", "lo_starv", "util", "dec_us", "per_job_m/99/mx", "re_1h", "lo_starvD", "med_p95_s",
+           "lost=restore+discarded+stopped");
   o << buf;
   for (const auto& m : rows) {
-    snprintf(buf, sizeof buf, "%-26.26s %-13s %10.0f %10.0f %10.2f %8d %6d %8d %7d %9.0f %9d %7.3f %6.0f  %.1f+%.1f+%.1f\n",
+    char per_job[48];
+    snprintf(per_job, sizeof per_job, "%.2f/%.0f/%d", m.preemptions_per_job_mean, m.preemptions_per_job_p99,
+             m.preemptions_per_job_max);
+    snprintf(buf, sizeof buf,
+             "%-26.26s %-13s %10.0f %10.0f %10.2f %8d %6d %8d %7d %9.0f %9d %7.3f %6.0f %14s %6d %9d %10.0f  %.1f+%.1f+%.1f\n",
              trace.c_str(), m.policy.c_str(), m.high_wait_mean_s, m.high_wait_p95_s, m.lost_gpu_hours,
              m.preemptions, m.moves, m.checkpoint_requests, m.thrash_cycles, m.low_wait_mean_s, m.low_starved, m.utilization,
-             m.decide_mean_us, m.lost_restore_gpu_hours, m.lost_discarded_gpu_hours, m.lost_stopped_gpu_hours);
+             m.decide_mean_us, per_job, m.repreemptions, m.low_starved_delay, m.medium_wait_p95_s,
+             m.lost_restore_gpu_hours, m.lost_discarded_gpu_hours, m.lost_stopped_gpu_hours);
     o << buf;
   }
   return o.str();
+}
+
+std::string MetricsJson(const SimMetrics& m) {
+  char buf[2048];
+  snprintf(buf, sizeof buf,
+           "{\"policy\":\"%s\",\"jobs\":%d,\"completed\":%d,\"high_wait_mean_s\":%.3f,\"high_wait_p95_s\":%.3f,"
+           "\"medium_wait_mean_s\":%.3f,\"medium_wait_p95_s\":%.3f,\"low_wait_mean_s\":%.3f,\"low_wait_max_s\":%.3f,"
+           "\"low_completed\":%d,\"low_total\":%d,\"low_starved\":%d,\"low_starved_delay\":%d,"
+           "\"lost_gpu_hours\":%.4f,\"preemptions\":%d,\"preemptions_per_job_mean\":%.4f,"
+           "\"preemptions_per_job_p99\":%.0f,\"preemptions_per_job_max\":%d,\"repreemptions\":%d,"
+           "\"checkpoint_requests\":%d,\"thrash_cycles\":%d,\"utilization\":%.4f,\"makespan_s\":%.0f,"
+           "\"decide_mean_us\":%.2f,\"decide_max_us\":%.2f,\"capacity_violations\":%d,\"lost_restore_gpu_hours\":%.4f,"
+           "\"lost_discarded_gpu_hours\":%.4f,\"lost_stopped_gpu_hours\":%.4f,\"moves\":%d,"
+           "\"move_restart_wait_mean_s\":%.1f",
+           m.policy.c_str(), m.jobs, m.completed, m.high_wait_mean_s, m.high_wait_p95_s, m.medium_wait_mean_s,
+           m.medium_wait_p95_s, m.low_wait_mean_s, m.low_wait_max_s, m.low_completed, m.low_total, m.low_starved,
+           m.low_starved_delay, m.lost_gpu_hours, m.preemptions, m.preemptions_per_job_mean, m.preemptions_per_job_p99,
+           m.preemptions_per_job_max, m.repreemptions, m.checkpoint_requests, m.thrash_cycles, m.utilization,
+           m.makespan_s, m.decide_mean_us, m.decide_max_us, m.capacity_violations, m.lost_restore_gpu_hours,
+           m.lost_discarded_gpu_hours, m.lost_stopped_gpu_hours, m.moves,
+           m.move_restarts ? m.move_restart_wait_s / m.move_restarts : 0.0);
+  std::string out = buf;
+  for (int tail = 0; tail < 2; ++tail) {
+    out += tail ? ",\"high_tail_wait_by_cause_s\":{" : ",\"high_wait_by_cause_s\":{";
+    for (int k = 0; k < SimMetrics::kCauses; ++k) {
+      snprintf(buf, sizeof buf, "%s\"%s\":%.1f", k ? "," : "", SimWaitCauseName(k),
+               tail ? m.high_tail_wait_cause_s[k] : m.high_wait_cause_s[k]);
+      out += buf;
+    }
+    out += "}";
+  }
+  return out + "}";
 }
 
 }  // namespace preempt::sched

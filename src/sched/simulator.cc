@@ -177,11 +177,13 @@ void Simulation::handle(const Event& e) {
     case EvType::kEvictDone: {
       if (e.gen != s->gen || s->active < 0) break;
       Job& j = cs_.jobs[s->active];
+      if (s->preemptions + s->moves > 0 && now_ - s->seg_start < opt_.repreempt_window_s) m_.repreemptions++;
       end_run(e.job, false);
       // Thrash: preempted or moved again within the window of its previous preemption or move.
       if (now_ - std::max(s->last_preempted, s->last_moved) < opt_.thrash_window_s) m_.thrash_cycles++;
       if (RequeueAfterExit(now_, &j)) {  // moved for a high job (defragmentation), not preempted
         m_.moves++;
+        s->moves++;
         s->moved_at = s->last_moved = now_;
       } else {
         s->last_preempted = now_;

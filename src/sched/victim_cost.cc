@@ -20,7 +20,17 @@ double TolerableWait(const Job& v, const PolicyOptions& c) {
   return v.hints ? v.hints->grace.granted_s : 0;
 }
 
-VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_high) {
+double SigtermGrace(const Job& v, double now, const PolicyOptions& c) {
+  if (c.victim_grace != VictimGrace::kHintSized || !HintsFresh(v, now, c) || v.hints->checkpoint_s() <= 0) return -1;
+  return kSizedGraceFactor * std::max(v.hints->grace.needed_s, v.hints->checkpoint_s()) + kSizedGraceExtraS;
+}
+
+double RepeatFactor(const Job& v, const PolicyOptions& c) {
+  if (c.kind != PolicyKind::kHintAware) return 1;
+  return 1 + c.repeat_victim_weight * (v.preemptions + v.moves);
+}
+
+VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_high, int preemptor_gpus) {
   VictimCost out;
   double lost = EstimatedLostWork(v, now, c);
   bool fresh = HintsFresh(v, now, c);
@@ -38,11 +48,15 @@ VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_hig
     double save_wait = measured ? h.checkpoint_s() : c.unknown_save_s;
     out.save_s = save_wait;
     double needed = std::max(h.grace.needed_s, save_wait);
-    bool sig_ok = c.sigterm_save && h.grace.granted_s > 0 && needed <= h.grace.granted_s;
+    // A job that saves on SIGTERM at all (granted > 0) gets a sized grace when the policy gives one.
+    const double sized = SigtermGrace(v, now, c);
+    const double granted = h.grace.granted_s > 0 && sized > 0 ? sized : h.grace.granted_s;
+    bool sig_ok = c.sigterm_save && granted > 0 && needed <= granted;
     bool ckpt_ok = c.checkpoint_then_evict && save_wait <= c.checkpoint_deadline_s;
     double tolerable = TolerableWait(v, c);
     bool too_slow = for_high && tolerable > 0 && save_wait > tolerable &&
-                    (c.tolerable_kill_max_lost_s <= 0 || lost <= c.tolerable_kill_max_lost_s);
+                    (c.tolerable_kill_max_lost_s <= 0 || lost <= c.tolerable_kill_max_lost_s) &&
+                    (preemptor_gpus <= 0 || v.gpus * lost <= v.gpus * save_lost + preemptor_gpus * save_wait);
     if (too_slow) sig_ok = ckpt_ok = false;
     if (for_high && c.kill_now_max_lost_s > 0 && lost <= c.kill_now_max_lost_s) {
       out.mode = EvictionMode::kKillSmall;
@@ -50,6 +64,7 @@ VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_hig
     } else if ((save_lost < lost || !c.kill_when_cheaper) && (sig_ok || ckpt_ok)) {
       out.mode = sig_ok ? EvictionMode::kSaveInGrace : EvictionMode::kCheckpointFirst;
       out.checkpoint_first = !sig_ok;
+      if (sig_ok && granted != h.grace.granted_s) out.grace_s = granted;
       lost = save_lost;
       out.wait_s = save_wait;
       saves = true;
@@ -60,34 +75,48 @@ VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_hig
   }
   // A job that saves first has a commit to restore from, whatever it had before.
   out.lost_gpu_s = v.gpus * (lost + (saves ? FullRestoreOf(v, c) : RestoreOf(v, c)));
+  out.rank_gpu_s = out.lost_gpu_s * RepeatFactor(v, c);
   return out;
+}
+
+CostView VictimCosts::for_high(int gpus) const {
+  if (!split_high_) return {&for_high_, &slot_};
+  if (gpus < min_gpus_) return {&for_small_high_, &slot_};
+  auto it = for_high_by_gpus_.find(gpus);
+  if (it != for_high_by_gpus_.end()) return {&it->second, &slot_};
+  std::vector<VictimCost>& out = for_high_by_gpus_[gpus];
+  out.resize(running_.size());
+  if (cfg_.kind != PolicyKind::kFcfs)
+    for (size_t k = 0; k < running_.size(); ++k) out[k] = CostOf(st_.jobs[running_[k]], st_.now, cfg_, true, gpus);
+  return {&out, &slot_};
 }
 
 VictimCosts::VictimCosts(const ClusterState& st, const PolicyOptions& cfg,
                          const std::vector<std::vector<int>>& running_on)
-    : slot_(st.jobs.size(), -1) {
-  split_high_ = cfg.kind == PolicyKind::kHintAware && cfg.tolerable_wait_min_gpus > 1 && cfg.high_tolerable_wait != TolerableWait::kOff;
-  min_gpus_ = cfg.tolerable_wait_min_gpus;
+    : st_(st), cfg_(cfg), slot_(st.jobs.size(), -1) {
+  // With a tolerable wait, high preemptors' costs depend on their size (for_high()).
+  split_high_ = cfg.kind == PolicyKind::kHintAware && cfg.high_tolerable_wait != TolerableWait::kOff;
+  min_gpus_ = std::max(1, cfg.tolerable_wait_min_gpus);
   size_t running = 0;
   for (const std::vector<int>& on_node : running_on) running += on_node.size();
+  running_.reserve(running);
   lost_work_s_.resize(running, 0);
   ordinary_.resize(running);
   for_high_.resize(running);
   if (split_high_) for_small_high_.resize(running);
   PolicyOptions small = cfg;  // high preemptors under min_gpus_: no tolerable-wait kills
   small.high_tolerable_wait = TolerableWait::kOff;
-  int k = 0;
   for (const std::vector<int>& on_node : running_on) {
     for (int vi : on_node) {
       const Job& v = st.jobs[vi];
+      const int k = static_cast<int>(running_.size());
       slot_[vi] = k;
+      running_.push_back(vi);
       lost_work_s_[k] = EstimatedLostWork(v, st.now, cfg);
-      if (cfg.kind != PolicyKind::kFcfs) {
-        ordinary_[k] = CostOf(v, st.now, cfg, false);
-        for_high_[k] = CostOf(v, st.now, cfg, true);
-        if (split_high_) for_small_high_[k] = CostOf(v, st.now, small, true);
-      }
-      ++k;
+      if (cfg.kind == PolicyKind::kFcfs) continue;
+      ordinary_[k] = CostOf(v, st.now, cfg, false);
+      if (split_high_) for_small_high_[k] = CostOf(v, st.now, small, true);
+      else for_high_[k] = CostOf(v, st.now, cfg, true);
     }
   }
 }

@@ -6,6 +6,7 @@
 // for every running job, in the variants the victim search needs.
 #pragma once
 
+#include <map>
 #include <vector>
 
 #include "preempt/sched/policy.h"
@@ -16,6 +17,10 @@ struct VictimCost {
   EvictionMode mode = EvictionMode::kSigterm;
   bool checkpoint_first = false;  // mode == kCheckpointFirst: ActionKind::kRequestCheckpoint
   double lost_gpu_s = 0;  // GPU-seconds lost including the restore
+  // What the victim search ranks by: lost_gpu_s raised by the victim's preemption history
+  // (PolicyOptions::repeat_victim_weight), so that a job just restarted is not the cheapest victim
+  // again and again.
+  double rank_gpu_s = 0;
   double wait_s = 0;      // how long the preemptor waits for this victim (expected save time)
   double grace_s = -1;    // for the evict action (JobAction::grace_s)
   double save_s = 0;      // expected save time when it saves (unknown_save_s when not measured)
@@ -29,9 +34,19 @@ double RestoreOf(const Job& job, const PolicyOptions& config);
 // The longest a high preemptor should wait for victim v's save (0 = no limit): a fixed value, or
 // what Kubernetes would make it wait at most, the victim's termination grace period.
 double TolerableWait(const Job& v, const PolicyOptions& config);
+// The grace period of a SIGTERM eviction of v at `now` (JobAction::grace_s): -1 = its own, or
+// sized from its fresh, measured hints with VictimGrace::kHintSized.
+double SigtermGrace(const Job& v, double now, const PolicyOptions& config);
+// Each earlier preemption or move of v makes preempting it again dearer: every one cost it a
+// restore and a wait, and a job the search keeps choosing would keep paying them (the next
+// preemption is the likelier the more it was chosen before). 1 + repeat_victim_weight x count.
+double RepeatFactor(const Job& v, const PolicyOptions& config);
 // How victim v would leave at `now` and what it would cost; `for_high`: the preemptor is high
-// priority (the kill-now rules apply).
-VictimCost CostOf(const Job& v, double now, const PolicyOptions& config, bool for_high);
+// priority (the kill-now rules apply). `preemptor_gpus` (> 0): a save too slow for the tolerable
+// wait is killed only when that loses less than the save would, counting the preemptor's GPUs
+// idle while it waits: v.gpus x lost <= v.gpus x save_lost + preemptor_gpus x save_wait (a large
+// job whose save cannot fit the grace still saves when its uncommitted work is worth more).
+VictimCost CostOf(const Job& v, double now, const PolicyOptions& config, bool for_high, int preemptor_gpus = 0);
 
 // One CostOf variant for the running jobs of a pass, looked up by job index (a job that is not
 // running reads as a default VictimCost). Storage is per running job, so a pass with thousands of
@@ -64,17 +79,21 @@ class VictimCosts {
   CostView ordinary() const { return {&ordinary_, &slot_}; }
   // For a high preemptor of `gpus` GPUs: preemptors under tolerable_wait_min_gpus wait for slow
   // savers (their costs leave the tolerable-wait kills out).
-  CostView for_high(int gpus) const {
-    return {split_high_ && gpus < min_gpus_ ? &for_small_high_ : &for_high_, &slot_};
-  }
+  CostView for_high(int gpus) const;
   CostView for_preemptor(const Job& j) const {
     return j.cls == PriorityClass::kHigh ? for_high(j.gpus) : ordinary();
   }
 
  private:
-  std::vector<int> slot_;  // by job index: position in the vectors below, -1 when not running
+  const ClusterState& st_;
+  const PolicyOptions& cfg_;
+  std::vector<int> slot_;     // by job index: position in the vectors below, -1 when not running
+  std::vector<int> running_;  // by position: the job index (the inverse of slot_)
   std::vector<double> lost_work_s_;
   std::vector<VictimCost> ordinary_, for_high_, for_small_high_;
+  // Costs for high preemptors of at least min_gpus_ GPUs, per preemptor size, computed on first
+  // use (the kill-or-save comparison counts the preemptor's idle GPUs).
+  mutable std::map<int, std::vector<VictimCost>> for_high_by_gpus_;
   bool split_high_ = false;
   int min_gpus_ = 1;
 };

@@ -73,7 +73,7 @@ void VictimSearch::cheapest_first(const Job& j, const std::vector<int>& cand, in
     const Job& x = jobs[cand[a]];
     const Job& y = jobs[cand[b]];
     if (x.cls != y.cls) return x.cls < y.cls;
-    double ca = cand_cost[a].lost_gpu_s / x.gpus, cb = cand_cost[b].lost_gpu_s / y.gpus;
+    double ca = cand_cost[a].rank_gpu_s / x.gpus, cb = cand_cost[b].rank_gpu_s / y.gpus;
     if (ca != cb) return ca < cb;
     return x.id < y.id;
   });
@@ -88,7 +88,7 @@ void VictimSearch::cheapest_first(const Job& j, const std::vector<int>& cand, in
     c->victims.push_back(cand[k]);
     c->costs.push_back(cand_cost[k]);
     wait = std::max(wait, cand_cost[k].wait_s);
-    lost += cand_cost[k].lost_gpu_s;
+    lost += cand_cost[k].rank_gpu_s;
     raw += v.gpus * costs_.lost_work_s(cand[k]);
   }
   c->cost = lost + j.gpus * wait;

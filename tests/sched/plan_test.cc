@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "support/test_util.h"
@@ -53,12 +54,31 @@ TEST(Plan, SnapshotWithHintFilesRanksTheCheaperVictim) {
   ASSERT_EQ(d.actions.size(), 1u) << FormatDecisions(st, d);
   EXPECT_EQ(d.actions[0].job, "b");
   {
-    Decisions k = Decide(st, HintAwareNoRulesPolicy());
+    PolicyOptions kill_now = HintAwareNoRulesPolicy();
+    kill_now.kill_now_max_lost_s = 120;
+    Decisions k = Decide(st, kill_now);
     ASSERT_EQ(k.actions.size(), 1u) << FormatDecisions(st, k);
     EXPECT_EQ(k.actions[0].job, "b");
     EXPECT_EQ(k.actions[0].kind, ActionKind::kEvict);
     EXPECT_EQ(k.actions[0].grace_s, 0);
     EXPECT_NE(FormatDecisions(st, k).find("grace=0(kill)"), std::string::npos) << FormatDecisions(st, k);
+  }
+  {
+    // The Kubernetes order with the runtime: SIGTERM with a grace sized from the victim's hints.
+    PolicyOptions runtime;
+    ASSERT_TRUE(PolicyByName("k8s+runtime", &runtime));
+    Decisions k = Decide(st, runtime);
+    ASSERT_EQ(k.actions.size(), 1u) << FormatDecisions(st, k);
+    const JobAction& a = k.actions[0];
+    const Job& v = st.jobs[a.job_index];
+    if (v.hints && v.hints->checkpoint_s() > 0) {
+      EXPECT_DOUBLE_EQ(a.grace_s, 1.5 * std::max(v.hints->grace.needed_s, v.hints->checkpoint_s()) + 10);
+      EXPECT_NE(FormatDecisions(st, k).find(" grace=" + std::to_string(std::lround(a.grace_s)) + "s"),
+                std::string::npos)
+          << FormatDecisions(st, k);
+    } else {
+      EXPECT_EQ(a.grace_s, -1) << FormatDecisions(st, k);
+    }
   }
   std::string text = FormatDecisions(st, d);
   EXPECT_NE(text.find("checkpoint-then-evict"), std::string::npos) << text;
@@ -400,7 +420,9 @@ TEST(Plan, SnapshotPlanShowsMoves) {
   ClusterState st;
   std::vector<std::string> notes;
   ASSERT_TRUE(LoadSnapshot(dir / "snap.json", &st, &notes).ok());
-  Decisions d = Decide(st, PolicyOptions());
+  PolicyOptions defrag;
+  ASSERT_TRUE(PolicyByName("hint-defrag", &defrag));
+  Decisions d = Decide(st, defrag);
   std::string text = FormatDecisions(st, d), json = DecisionsToJson(st, d);
   EXPECT_NE(text.find(" move_to=n"), std::string::npos) << text;
   EXPECT_NE(json.find("\"move_to\":\"n"), std::string::npos) << json;

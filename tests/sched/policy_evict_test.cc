@@ -159,14 +159,18 @@ TEST(Policy, VictimEvictionModeTable) {
       {"small uncommitted: kill now", 60, 30, 2, true, 120, -1, H, ActionKind::kEvict, 0, EvictionMode::kKillSmall},
       {"kill-now off", 60, 30, 2, true, 0, -1, H, ActionKind::kEvict, -1, EvictionMode::kSaveInGrace},
       {"kill-now only for high", 60, 30, 2, true, 120, -1, M, ActionKind::kEvict, -1, EvictionMode::kSaveInGrace},
-      {"save slower than its grace: kill", 900, 10, 20, true, 120, -1, H, ActionKind::kEvict, 0,
+      // A too-slow save is killed only when the uncommitted work (150 s) is worth less than the save
+      // (~100 s lost) plus the preemptor's GPUs idle while it waits (~100.5 s).
+      {"save slower than its grace, 150 s uncommitted: kill", 150, 10, 100, true, 120, -1, H, ActionKind::kEvict, 0,
        EvictionMode::kKillSlow},
-      {"fixed tolerable wait", 900, 60, 20, true, 120, 15, H, ActionKind::kEvict, 0, EvictionMode::kKillSlow},
+      {"save slower than its grace, 900 s uncommitted is worth the save and the wait: checkpoint first", 900, 10, 20,
+       true, 120, -1, H, ActionKind::kRequestCheckpoint, -1, EvictionMode::kCheckpointFirst},
+      {"fixed tolerable wait", 150, 60, 100, true, 120, 15, H, ActionKind::kEvict, 0, EvictionMode::kKillSlow},
       {"too slow, but 900 s uncommitted > 600 s limit: checkpoint first", 900, 10, 20, true, 120, -1, H,
        ActionKind::kRequestCheckpoint, -1, EvictionMode::kCheckpointFirst, false, true, 600},
-      {"too slow, 500 s uncommitted <= 600 s limit: kill", 500, 10, 20, true, 120, -1, H, ActionKind::kEvict, 0,
+      {"too slow, 150 s uncommitted <= 600 s limit: kill", 150, 10, 100, true, 120, -1, H, ActionKind::kEvict, 0,
        EvictionMode::kKillSlow, false, true, 600},
-      {"too slow, but a 1-GPU preemptor waits (tolerable wait from 2 GPUs)", 500, 10, 20, true, 120, -1, H,
+      {"too slow, but a 1-GPU preemptor waits (tolerable wait from 2 GPUs)", 150, 10, 100, true, 120, -1, H,
        ActionKind::kRequestCheckpoint, -1, EvictionMode::kCheckpointFirst, false, true, 600, 2},
       {"tolerable wait off: checkpoint first", 900, 10, 20, true, 120, 0, H, ActionKind::kRequestCheckpoint, -1,
        EvictionMode::kCheckpointFirst},
@@ -180,8 +184,8 @@ TEST(Policy, VictimEvictionModeTable) {
        ActionKind::kEvict, 0, EvictionMode::kKillCheap, true},
       {"unmeasured save cost, 900 s uncommitted: checkpoint first, 60 s assumed > 30 s grace", 900, 30, 0, true, 0,
        0, H, ActionKind::kRequestCheckpoint, -1, EvictionMode::kCheckpointFirst, true},
-      {"unmeasured save cost vs a 30 s tolerable wait: kill", 900, 30, 0, true, 0, -1, H, ActionKind::kEvict, 0,
-       EvictionMode::kKillSlow, true},
+      {"unmeasured save cost vs a 30 s tolerable wait, 100 s uncommitted: kill", 100, 30, 0, true, 0, -1, H,
+       ActionKind::kEvict, 0, EvictionMode::kKillSlow, true},
   };
   for (const auto& c : cases) {
     B b({1});
@@ -234,7 +238,7 @@ TEST(Policy, VictimReasonWording) {
 // GPUs already freed sitting idle; a 1-GPU preemptor waits for its save.
 TEST(Policy, SlowSaverIsKilledOnlyForMultiGpuPreemptors) {
   auto slow = [] {
-    Hints h = MakeHints(300, 40);  // 300 s uncommitted, save ~40.5 s
+    Hints h = MakeHints(60, 40);  // 60 s uncommitted, save ~40.5 s: for 2 idle GPUs, killing is cheaper
     h.grace.granted_s = 30;
     h.grace.needed_s = h.checkpoint_s();
     return h;

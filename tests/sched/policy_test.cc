@@ -214,6 +214,7 @@ TEST(Policy, MinimumRuntimeProtectsRecentlyResumedJobs) {
   b.pend("hi", H, 1);
   PolicyOptions c = Hint();
   c.min_runtime_s = 300;
+  c.high_min_runtime_override_s = 0;
   Decisions d = Decide(b.st, c);
   ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
   EXPECT_EQ(d.actions[0].job, "old");

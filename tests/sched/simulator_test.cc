@@ -27,7 +27,7 @@ SyntheticOptions Small(uint64_t seed) {
 TEST(Simulator, InvariantsHoldForEveryPolicyAndSeed) {
   for (uint64_t seed : {1, 2, 3}) {
     Trace t = SyntheticTrace(Small(seed));
-    for (const char* name : {"fcfs", "k8s", "hint-norules", "hint-ckpt", "hint", "hint-nodefrag", "hint-refill"}) {
+    for (const char* name : {"fcfs", "k8s", "hint-norules", "hint-ckpt", "hint", "hint-nodefrag", "hint-defrag", "k8s+runtime", "hint-refill"}) {
       PolicyOptions p;
       ASSERT_TRUE(PolicyByName(name, &p));
       SimResult r;
@@ -105,6 +105,8 @@ TEST(Simulator, LostWorkModel) {
   PolicyOptions tol_grace = HintAwareNoRulesPolicy();  // a high job waits at most the victim's grace
   tol_grace.high_tolerable_wait = TolerableWait::kVictimGrace;
   tol_grace.tolerable_wait_min_gpus = 1;  // the preemptor here has 1 GPU
+  PolicyOptions kill_now = HintAwareNoRulesPolicy();
+  kill_now.kill_now_max_lost_s = 120;
   struct Case {
     const char* name;
     PolicyOptions policy;
@@ -120,9 +122,15 @@ TEST(Simulator, LostWorkModel) {
       {"hint: SIGTERM, saves in grace", HintAwareNoRulesPolicy(), true, 30, 2500, 39, 2510, 0},
       {"hint checkpoint-first, killed after the commit", ckpt, true, 30, 2500, 39, 2510, 1},
       {"hint, naive victim: checkpoint first", HintAwareNoRulesPolicy(), false, 30, 2500, 39, 2510, 1},
-      {"hint, tolerable wait = grace, save outlasts 5 s grace: kill now", tol_grace, true, 5, 2500, 530, 2500, 0},
+      // 500 s uncommitted is worth more than the save (9 s) and the preemptor's wait (10 s on 1 GPU).
+      {"hint, tolerable wait = grace, save outlasts 5 s grace, worth it: checkpoint first", tol_grace, true, 5, 2500,
+       39, 2510, 1},
+      // 15 s uncommitted (+ the 30 s restore) is less than the save and the wait: kill now.
+      {"hint, tolerable wait = grace, save outlasts 5 s grace, not worth it: kill now", tol_grace, true, 5, 2015, 45,
+       2015, 0},
       {"hint, tolerable wait off: checkpoint first", tol_off, true, 5, 2500, 39, 2510, 1},
-      {"hint, 50 s uncommitted: kill now", HintAwareNoRulesPolicy(), true, 30, 2050, 80, 2050, 0},
+      {"hint, kill now at <= 120 s, 50 s uncommitted: kill now", kill_now, true, 30, 2050, 80, 2050, 0},
+      {"hint, 50 s uncommitted: saves", HintAwareNoRulesPolicy(), true, 30, 2050, 39, 2060, 0},
       {"k8s, 50 s uncommitted: saves", KubernetesPolicy(), true, 30, 2050, 39, 2060, 0},
   };
   for (auto& c : cases) {
@@ -230,8 +238,8 @@ TEST(Simulator, InvariantsHoldWithManyMoves) {
       t.jobs.push_back(j);
     }
     PolicyOptions on, off;
-    ASSERT_TRUE(PolicyByName("hint", &on));
-    ASSERT_TRUE(PolicyByName("hint-nodefrag", &off));
+    ASSERT_TRUE(PolicyByName("hint-defrag", &on));
+    ASSERT_TRUE(PolicyByName("hint", &off));
     SimResult a, b;
     ASSERT_TRUE(Simulate(t, on, SimOptions(), &a).ok());
     ASSERT_TRUE(Simulate(t, off, SimOptions(), &b).ok());
@@ -294,9 +302,9 @@ TEST(Simulator, DefragStartsTheLargeHighJobAndTheMovedJobResumes) {
   add("l2", 3, PriorityClass::kLow, 3, 50000);     // n1
   add("J", 2000, PriorityClass::kHigh, 4, 1000);
   PolicyOptions on;
-  ASSERT_TRUE(PolicyByName("hint", &on));
+  ASSERT_TRUE(PolicyByName("hint-defrag", &on));
   PolicyOptions off;
-  ASSERT_TRUE(PolicyByName("hint-nodefrag", &off));
+  ASSERT_TRUE(PolicyByName("hint", &off));
   SimResult with, without;
   ASSERT_TRUE(Simulate(t, on, SimOptions(), &with).ok());
   ASSERT_TRUE(Simulate(t, off, SimOptions(), &without).ok());
@@ -494,6 +502,97 @@ TEST(OfferedDemand, PeaksOverallAndPerClass) {
   EXPECT_DOUBLE_EQ(d.high_over_capacity_s, 30);
   EXPECT_DOUBLE_EQ(d.high_excess_gpu_s, 60);
   EXPECT_EQ(MeasureOfferedDemand(Trace{}).peak_gpus, 0);
+}
+
+// The strongest baseline is the Kubernetes order run with a grace sized from each victim's hints:
+// "k8s+runtime" on a 30 s cluster equals "k8s" on a cluster that sizes every grace.
+TEST(Simulator, K8sRuntimeIsTheKubernetesOrderWithSizedGrace) {
+  SyntheticOptions so;
+  so.seed = 7;
+  so.jobs = 300;
+  so.nodes = 4;
+  Trace t = SyntheticTrace(so);
+  PolicyOptions runtime;
+  ASSERT_TRUE(PolicyByName("k8s+runtime", &runtime));
+  SimOptions grace30, sized;
+  sized.grace_period_s = 0;
+  SimResult a, b;
+  ASSERT_TRUE(Simulate(t, runtime, grace30, &a).ok());
+  ASSERT_TRUE(Simulate(t, KubernetesPolicy(), sized, &b).ok());
+  EXPECT_GT(a.metrics.preemptions, 0);
+  EXPECT_EQ(a.metrics.preemptions, b.metrics.preemptions);
+  EXPECT_DOUBLE_EQ(a.metrics.lost_gpu_hours, b.metrics.lost_gpu_hours);
+  EXPECT_EQ(a.finish, b.finish);
+}
+
+// Serial victims, measured the same for every policy: one low job preempted twice, the second time
+// 890 s after its restart (a re-preemption within the fixed hour), and its total delay.
+TEST(Metrics, PreemptionsPerJobRepreemptionsAndStarvation) {
+  Trace t;
+  t.name = "serial";
+  t.nodes = {{"n", 1}};
+  TraceJob low;
+  low.id = "low";
+  low.cls = PriorityClass::kLow;
+  low.duration_s = 10000;
+  low.ckpt_interval_s = 1000;
+  low.ckpt_drain_s = 1;
+  low.ckpt_stall_s = 1;
+  low.ckpt_persist_s = 8;
+  low.restore_s = 30;
+  TraceJob a = low, b = low;
+  a.id = "a";
+  b.id = "b";
+  a.cls = b.cls = PriorityClass::kHigh;
+  a.duration_s = b.duration_s = 100;
+  a.submit = 2500;
+  b.submit = 3500;
+  t.jobs = {low, a, b};
+  SimOptions o;
+  o.eviction_latency_s = 0;
+  SimResult r;
+  ASSERT_TRUE(Simulate(t, KubernetesPolicy(), o, &r).ok());
+  const SimMetrics& m = r.metrics;
+  EXPECT_EQ(m.preemptions, 2);
+  EXPECT_EQ(m.preemptions_per_job_max, 2);
+  EXPECT_DOUBLE_EQ(m.preemptions_per_job_mean, 2.0 / 3);
+  EXPECT_EQ(m.repreemptions, 1);  // the first preemption ended its first run, not a restart
+  EXPECT_EQ(m.low_starved_delay, 0);  // delayed ~260 s, far below max(6 h, 2 x 10000 s)
+  o.starvation_s = 100;
+  o.starvation_runtime_factor = 0;
+  ASSERT_TRUE(Simulate(t, KubernetesPolicy(), o, &r).ok());
+  EXPECT_EQ(r.metrics.low_starved_delay, 1);
+  EXPECT_EQ(r.metrics.low_starved, 0);  // its first start did not wait
+  o.repreempt_window_s = 600;  // 890 s after the restart is outside a 10-minute window
+  ASSERT_TRUE(Simulate(t, KubernetesPolicy(), o, &r).ok());
+  EXPECT_EQ(r.metrics.repreemptions, 0);
+  EXPECT_NE(MetricsJson(r.metrics).find("\"repreemptions\":0"), std::string::npos) << MetricsJson(r.metrics);
+}
+
+// Capacity report: the fewest nodes keeping the high p95 wait within the bound; one fewer does not.
+TEST(Simulator, CapacityBisectsOverNodes) {
+  SyntheticOptions so;
+  so.seed = 3;
+  so.jobs = 200;
+  so.nodes = 2;  // overloaded on purpose: the search must add nodes
+  Trace t = SyntheticTrace(so);
+  PolicyOptions k8s = KubernetesPolicy();
+  CapacityReport c;
+  ASSERT_TRUE(FindCapacity(t, k8s, SimOptions(), 30, 8, &c).ok());
+  ASSERT_TRUE(c.found);
+  EXPECT_EQ(c.gpus, 8 * c.nodes);
+  EXPECT_LE(c.high_p95_s, 30);
+  auto p95_on = [&](int nodes) {
+    Trace n = t;
+    n.nodes.clear();
+    for (int i = 0; i < nodes; ++i) n.nodes.push_back({"x" + std::to_string(i), 8});
+    SimResult r;
+    EXPECT_TRUE(Simulate(n, k8s, SimOptions(), &r).ok());
+    return r.metrics.high_wait_p95_s;
+  };
+  EXPECT_DOUBLE_EQ(p95_on(c.nodes), c.high_p95_s);
+  if (c.nodes > 1) EXPECT_GT(p95_on(c.nodes - 1), 30);
+  EXPECT_EQ(FindCapacity(t, k8s, SimOptions(), 30, 4, &c).code(), StatusCode::kInvalidArgument);  // 8-GPU jobs
 }
 
 TEST(Metrics, CsvAndTable) {

@@ -95,13 +95,70 @@ TEST(SchedUnits, VictimCostModes) {
   EXPECT_FALSE(save.checkpoint_first);
   EXPECT_DOUBLE_EQ(save.lost_gpu_s, 2 * (0.4 + 2 + 10));
   EXPECT_DOUBLE_EQ(save.wait_s, v.hints->checkpoint_s());
-  // Little uncommitted work, high preemptor: killed at once.
+  // Little uncommitted work, high preemptor, kill-now rule on: killed at once.
+  cfg.kill_now_max_lost_s = 120;
   v.hints = FreshHints(60, 2, 30);
   VictimCost small = CostOf(v, kNow, cfg, true);
   EXPECT_EQ(small.mode, EvictionMode::kKillSmall);
   EXPECT_EQ(small.grace_s, 0);
   // The same for a medium preemptor saves.
   EXPECT_EQ(CostOf(v, kNow, cfg, false).mode, EvictionMode::kSaveInGrace);
+}
+
+// A victim chosen before is dearer in the search (rank), not in the estimate of what it loses.
+TEST(SchedUnits, RepeatVictimsRankDearer) {
+  PolicyOptions cfg = HintAwareNoRulesPolicy();
+  cfg.repeat_victim_weight = 0.5;
+  Job v = Running("v", PriorityClass::kLow, 2, 0, 1000);
+  v.restore_s = 10;
+  v.hints = FreshHints(900, 2, 30);
+  VictimCost first = CostOf(v, kNow, cfg, true);
+  EXPECT_DOUBLE_EQ(first.rank_gpu_s, first.lost_gpu_s);
+  v.preemptions = 2;
+  v.moves = 1;
+  VictimCost again = CostOf(v, kNow, cfg, true);
+  EXPECT_DOUBLE_EQ(again.lost_gpu_s, first.lost_gpu_s);
+  EXPECT_DOUBLE_EQ(again.rank_gpu_s, first.lost_gpu_s * (1 + 0.5 * 3));
+  EXPECT_DOUBLE_EQ(RepeatFactor(v, KubernetesPolicy()), 1);  // the baselines rank as they always did
+}
+
+// Kubernetes order with the runtime: SIGTERM with a grace sized from measured hints, own otherwise.
+TEST(SchedUnits, SigtermGraceSizedFromHints) {
+  PolicyOptions k8s;
+  ASSERT_TRUE(PolicyByName("k8s+runtime", &k8s));
+  EXPECT_EQ(k8s.kind, PolicyKind::kKubernetes);
+  Job v = Running("v", PriorityClass::kLow, 1, 0, 1000);
+  EXPECT_EQ(SigtermGrace(v, kNow, k8s), -1);  // no hints
+  v.hints = FreshHints(900, 40, 30);
+  EXPECT_DOUBLE_EQ(SigtermGrace(v, kNow, k8s), 1.5 * v.hints->checkpoint_s() + 10);
+  EXPECT_EQ(SigtermGrace(v, kNow, KubernetesPolicy()), -1);  // the plain order: its own grace
+  v.hints->cost = Hints::Cost{};  // never measured
+  EXPECT_EQ(SigtermGrace(v, kNow, k8s), -1);
+  // The hint policy with sized grace: a save longer than the job's own 30 s grace fits the sized one.
+  PolicyOptions hint = HintAwareNoRulesPolicy();
+  hint.victim_grace = VictimGrace::kHintSized;
+  v.hints = FreshHints(900, 40, 30);
+  VictimCost c = CostOf(v, kNow, hint, false);
+  EXPECT_EQ(c.mode, EvictionMode::kSaveInGrace);
+  EXPECT_DOUBLE_EQ(c.grace_s, 1.5 * v.hints->checkpoint_s() + 10);
+}
+
+// Each earlier preemption or move lengthens the minimum run time after a restart.
+TEST(SchedUnits, MinimumRunTimeGrowsWithPreemptions) {
+  ClusterState st = TwoNodes();
+  st.jobs[0].start_time = kNow - 1000;  // ran 1000 s since its restart
+  PolicyOptions cfg;
+  cfg.min_runtime_s = 300;
+  cfg.min_runtime_per_preemption_s = 900;
+  PassState p(st, cfg);
+  ClusterRules rules(&p);
+  EXPECT_FALSE(rules.in_min_runtime(st.jobs[0], false, true));  // never preempted: 300 s
+  st.jobs[0].preemptions = 1;                                   // 300 + 900 = 1200 s
+  EXPECT_TRUE(rules.in_min_runtime(st.jobs[0], false, true));
+  EXPECT_EQ(p.min_runtime_release, kNow + 200);
+  st.jobs[0].preemptions = 0;
+  st.jobs[0].moves = 1;  // a move counts the same
+  EXPECT_TRUE(rules.in_min_runtime(st.jobs[0], false, false));
 }
 
 TEST(SchedUnits, MinimumRunTimeGuard) {

@@ -1,14 +1,16 @@
 // preempt/sched/policy_options.h — the knobs of the scheduling policy, and its named presets.
 //
 // PolicyOptions configures Decide() (policy.h). Its fields are grouped by the rule they belong to
-// (classes, eviction, tolerable wait, anti-thrashing, budget, capacity, unknown costs,
+// (classes, eviction, victim cost, tolerable wait, anti-thrashing, budget, capacity, unknown costs,
 // defragmentation, limits); each rule is off when its number is 0 or its flag false, except where
 // a field says otherwise. Every field is described once, in the table PolicyFields() returns:
 // the JSON parser (PolicyFromJson, used by `plan --policy-json`, `simulate --policy-json` and the
 // `run` spec), `preempt-sched --help` and the table in docs/sched.md are all generated from it.
 //
 // Presets (one place, PolicyByName): "fcfs", "k8s" (baselines, every hint-aware rule off),
-// "hint-norules", "hint" (the defaults), "hint-ckpt", "hint-nodefrag", "hint-refill".
+// "k8s+runtime" (the Kubernetes order with a grace period sized from each victim's hints: what a
+// cluster gets from the preempt runtime alone), "hint-norules", "hint" (the defaults), "hint-ckpt",
+// "hint-nodefrag", "hint-defrag" (moves of high jobs on), "hint-refill".
 //
 // Thread-safety: plain values; the functions are reentrant.
 #pragma once
@@ -50,6 +52,13 @@ struct SuspendWindow {
   bool open(double now) const;
   double next_change(double now) const;  // the first time after `now` at which open() changes
 };
+// The grace period sent with a SIGTERM eviction.
+enum class VictimGrace {
+  kOwn,        // the victim's own termination grace period (JobAction::grace_s < 0)
+  kHintSized,  // sized from its hints as examples/k8s sizes terminationGracePeriodSeconds:
+               // kSizedGraceFactor x grace needed + kSizedGraceExtraS (own grace without measured hints)
+};
+inline constexpr double kSizedGraceFactor = 1.5, kSizedGraceExtraS = 10;
 
 struct PolicyOptions {
   PolicyKind kind = PolicyKind::kHintAware;
@@ -67,11 +76,17 @@ struct PolicyOptions {
   bool sigterm_save = true;
   // A victim with at most this many seconds of uncommitted work is killed at once when a
   // high-priority job needs its GPUs (no wait for a save). 0 = off.
-  double kill_now_max_lost_s = 120;
+  double kill_now_max_lost_s = 0;
   // A victim whose uncommitted work is less than what its save would lose is killed at once.
   bool kill_when_cheaper = true;
   double checkpoint_deadline_s = 300;  // evict anyway when the requested commit has not shown up by then
   bool kill_after_commit = true;       // once the requested commit is durable, kill at once (no second save)
+  // Grace period of SIGTERM evictions (every policy, the Kubernetes order included: "k8s+runtime").
+  VictimGrace victim_grace = VictimGrace::kOwn;
+
+  // --- victim cost: each earlier preemption or move of a victim multiplies its cost by
+  // (1 + repeat_victim_weight x count) in the victim search.
+  double repeat_victim_weight = 0.3;
 
   // --- tolerable wait: a victim whose save takes longer than this is killed at once for a high
   // preemptor instead, and the victim search prefers nodes whose victims save in time.
@@ -84,10 +99,12 @@ struct PolicyOptions {
 
   // --- anti-thrashing and anti-starvation.
   double min_runtime_s = 300;  // not a victim before running this long since it (re)started
+  // ... plus this much for each earlier preemption or move of it (serial victims get longer runs).
+  double min_runtime_per_preemption_s = 900;
   double cooldown_s = 300;     // a preempted job is not restarted before this
   // A high job that has waited this long may take victims inside their minimum run time (never
   // ones preempted within cooldown + minimum run time). 0 = off.
-  double high_min_runtime_override_s = 0;
+  double high_min_runtime_override_s = 20;
   // A pending job below high priority preempts only after waiting this long (since it was
   // submitted or requeued): GPUs freed by finishing jobs usually come first. 0 = off.
   double nonhigh_preempt_delay_s = 1800;
@@ -110,7 +127,7 @@ struct PolicyOptions {
 
   // --- defragmentation: move up to defrag_max_moves smaller high jobs off one node for a high
   // job that has waited defrag_min_wait_s (moves.h). 0 moves = off.
-  int defrag_max_moves = 4;
+  int defrag_max_moves = 0;
   double defrag_min_wait_s = 0;
 
   // --- schedule: a class suspended in a time window (off by default).
@@ -131,7 +148,8 @@ struct PolicyOptions {
 PolicyOptions FcfsPolicy();
 PolicyOptions KubernetesPolicy();
 PolicyOptions HintAwareNoRulesPolicy();
-// "fcfs" | "k8s" | "hint-norules" | "hint-ckpt" | "hint" | "hint-nodefrag" | "hint-refill" → preset
+// "fcfs" | "k8s" | "k8s+runtime" | "hint-norules" | "hint-ckpt" | "hint" | "hint-nodefrag" | "hint-defrag" |
+// "hint-refill" → preset
 // (false when unknown).
 bool PolicyByName(const std::string& name, PolicyOptions* out);
 const std::vector<std::string>& PolicyPresetNames();

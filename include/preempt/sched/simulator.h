@@ -121,6 +121,12 @@ struct SimOptions {
   double grace_factor = 1.5, grace_extra_s = 10;
   double thrash_window_s = 600;     // a preemption within this time of the job's previous one is a thrash cycle
   double starvation_s = 6 * 3600;   // a low job waiting longer than this (first start) is starved
+  // Starvation by total delay (SimMetrics::low_starved_delay): a low job whose time not training
+  // (finish - submit - duration) exceeds max(starvation_s, starvation_runtime_factor x duration).
+  double starvation_runtime_factor = 2;
+  // A preemption or move that ends a restarted run within this time of the restart is a
+  // re-preemption (SimMetrics::repreemptions): fixed, independent of any policy window.
+  double repreempt_window_s = 3600;
   double horizon_s = 0;             // stop here (0 = run until every job has finished)
   bool check_invariants = true;     // verify capacity and work conservation at every event
   // Index the queue (src/sched/job_index.h) so that a pass costs time in the jobs it can act on,
@@ -152,6 +158,17 @@ struct SimMetrics {
   // snapshot of a requested checkpoint) until the GPUs are free: the save and the teardown.
   double lost_restore_gpu_hours = 0, lost_discarded_gpu_hours = 0, lost_stopped_gpu_hours = 0;
   int preemptions = 0, checkpoint_requests = 0, thrash_cycles = 0;
+  // Serial victimisation, measured the same way for every policy (moves count as preemptions
+  // here: each ends a run and costs a restore). Per job, over every submitted job: mean, p99 and
+  // max of preemptions + moves; re-preemptions: preemptions or moves of a run that had started as
+  // a restart less than SimOptions::repreempt_window_s before.
+  double preemptions_per_job_mean = 0, preemptions_per_job_p99 = 0;
+  int preemptions_per_job_max = 0, repreemptions = 0;
+  double medium_wait_p95_s = 0;
+  // Low jobs whose total delay (time from submit to finish not spent training: queueing, waits
+  // after preemptions, restores, redone work; unfinished: up to the end) exceeds
+  // max(SimOptions::starvation_s, starvation_runtime_factor x duration).
+  int low_starved_delay = 0;
   // Moves (defragmentation for high jobs; not counted as preemptions; their save and restore are
   // in lost_gpu_hours): how many, and the mean time from a moved job's exit to its restart.
   int moves = 0, move_restarts = 0;
@@ -190,6 +207,21 @@ struct SimResult {
 Status ValidateTrace(const Trace& trace);
 Status Simulate(const Trace& trace, const PolicyOptions& policy, const SimOptions& opt, SimResult* out);
 
+// Capacity: the fewest nodes of `gpus_per_node` GPUs on which `policy` keeps the high-priority p95
+// wait of the trace's jobs within `target_p95_s` (e.g. the grace period), by bisection over the
+// node count (it assumes more nodes never lengthen that wait). The search starts from enough
+// nodes for the peak offered demand and doubles it (at most 4 times) until the bound holds;
+// found = false when even that many do not suffice. kInvalidArgument for a job larger than a node.
+struct CapacityReport {
+  bool found = false;
+  int nodes = 0, gpus = 0;
+  double high_p95_s = 0;        // on `nodes`
+  int largest_tried_nodes = 0;
+  int simulations = 0;
+};
+Status FindCapacity(const Trace& trace, const PolicyOptions& policy, const SimOptions& opt, double target_p95_s,
+                    int gpus_per_node, CapacityReport* out);
+
 // Metrics as CSV header + row, and a fixed-width table.
 std::string MetricsCsvHeader();
 std::string MetricsCsvRow(const std::string& trace, const SimMetrics& m);
@@ -198,5 +230,7 @@ std::string MetricsTable(const std::string& trace, const std::vector<SimMetrics>
 // [{"queue":..,"gpu_hours":[low,medium,high],"cost":..}].
 std::string BillTable(const std::vector<SimMetrics>& rows);
 std::string BillJson(const SimMetrics& m);
+// One policy's metrics as a JSON object (every field above, the wait causes as objects).
+std::string MetricsJson(const SimMetrics& m);
 
 }  // namespace preempt::sched

@@ -1,0 +1,328 @@
+// The evaluation protocol (eval_protocol.h): the declared trace sets, the targets, the run.
+#include "eval_protocol.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+
+namespace preempt::sched::bench {
+namespace {
+
+class Rng {  // splitmix64: portable, so every machine builds the same sets
+ public:
+  explicit Rng(uint64_t seed) : s_(seed * 0x9E3779B97F4A7C15ULL + 0x2545F4914F6CDD1DULL) {}
+  double uniform() {
+    uint64_t z = (s_ += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+  }
+  size_t index(size_t n) { return std::min(n - 1, static_cast<size_t>(uniform() * static_cast<double>(n))); }
+
+ private:
+  uint64_t s_;
+};
+
+// 8-GPU nodes so that the trace's peak offered demand is `overload` x capacity (as
+// LoadAlibabaTrace sizes the shipped trace).
+void SizeCluster(double overload, Trace* t) {
+  t->nodes.clear();
+  const int peak = MeasureOfferedDemand(*t).peak_gpus;
+  const int capacity = static_cast<int>(std::ceil(peak / std::max(1.0, overload)));
+  const int nodes = std::max(1, (capacity + 7) / 8);
+  for (int i = 0; i < nodes; ++i) t->nodes.push_back({"n" + std::to_string(i), 8});
+}
+
+// Raises the multi-GPU jobs' share of the demanded GPU-seconds to `share` with copies of the
+// trace's own multi-GPU jobs (GPUs, duration, class, checkpoint costs), each submitted at the
+// time of a random job of the trace (so the copies follow its arrival pattern) plus up to 1 h.
+void RaiseMultiGpuShare(double share, uint64_t seed, Trace* t) {
+  std::vector<TraceJob> multi;
+  double multi_gpu_s = 0, all_gpu_s = 0;
+  for (const TraceJob& j : t->jobs) {
+    all_gpu_s += j.gpus * j.duration_s;
+    if (j.gpus > 1) {
+      multi.push_back(j);
+      multi_gpu_s += j.gpus * j.duration_s;
+    }
+  }
+  if (multi.empty()) return;
+  Rng rng(seed);
+  const size_t n = t->jobs.size();
+  for (int k = 0; multi_gpu_s < share * all_gpu_s; ++k) {
+    TraceJob j = multi[rng.index(multi.size())];
+    j.id += "-copy" + std::to_string(k);
+    j.submit = t->jobs[rng.index(n)].submit + 3600 * rng.uniform();
+    multi_gpu_s += j.gpus * j.duration_s;
+    all_gpu_s += j.gpus * j.duration_s;
+    t->jobs.push_back(std::move(j));
+  }
+}
+
+// A fraction of the low-priority jobs becomes medium priority (their own queue).
+void MoreMedium(double fraction, uint64_t seed, Trace* t) {
+  Rng rng(seed);
+  for (TraceJob& j : t->jobs) {
+    if (j.cls == PriorityClass::kLow && rng.uniform() < fraction) {
+      j.cls = PriorityClass::kMedium;
+      j.queue = "Burstable";
+    }
+  }
+}
+
+void ScaleArrivals(double rate, Trace* t) {
+  for (TraceJob& j : t->jobs) j.submit /= rate;
+}
+
+void KeepRandom(double fraction, uint64_t seed, Trace* t) {
+  Rng rng(seed);
+  std::vector<TraceJob> kept;
+  for (TraceJob& j : t->jobs)
+    if (rng.uniform() < fraction) kept.push_back(std::move(j));
+  t->jobs = std::move(kept);
+}
+
+// One Alibaba variant: multi-GPU share (0 = as shipped), medium fraction, arrival rate, kept
+// fraction, seed, cluster overload.
+struct AlibabaVariant {
+  double multi_share = 0, medium = 0, rate = 1, keep = 1;
+  uint64_t seed = 1;
+  double overload = 1.5;
+};
+
+Status AddAlibaba(const std::string& dir, const std::string& label, const AlibabaVariant& v,
+                  std::vector<ProtocolTrace>* out) {
+  AlibabaOptions o;
+  o.dir = dir;
+  Trace t;
+  PREEMPT_RETURN_IF_ERROR(LoadAlibabaTrace(o, &t));
+  char recipe[256];
+  snprintf(recipe, sizeof recipe,
+           "alibaba: multi-GPU share of GPU-s %s, low->medium %.0f%%, arrivals x%.2f, kept %.0f%%, seed %llu, "
+           "peak demand %.1fx cluster",
+           v.multi_share > 0 ? (std::to_string(static_cast<int>(100 * v.multi_share)) + "%").c_str() : "as shipped",
+           100 * v.medium, v.rate, 100 * v.keep, static_cast<unsigned long long>(v.seed), v.overload);
+  if (v.keep < 1) KeepRandom(v.keep, v.seed, &t);
+  if (v.multi_share > 0) RaiseMultiGpuShare(v.multi_share, v.seed, &t);
+  if (v.medium > 0) MoreMedium(v.medium, v.seed, &t);
+  if (v.rate != 1) ScaleArrivals(v.rate, &t);
+  SizeCluster(v.overload, &t);
+  t.name = label;
+  out->push_back({recipe, std::move(t)});
+  return Status::OK();
+}
+
+void AddSynthetic(const std::string& label, uint64_t seed, int jobs, int nodes, double load, double frac_high,
+                  std::vector<ProtocolTrace>* out) {
+  SyntheticOptions o;
+  o.seed = seed;
+  o.jobs = jobs;
+  o.nodes = nodes;
+  o.load = load;
+  o.frac_high = frac_high;
+  o.frac_medium = 0.3;
+  Trace t = SyntheticTrace(o);
+  t.name = label;
+  char recipe[160];
+  snprintf(recipe, sizeof recipe, "synthetic: seed %llu, %d jobs, %d x 8 GPUs, load %.1f, high %.0f%%",
+           static_cast<unsigned long long>(seed), jobs, nodes, load, 100 * frac_high);
+  out->push_back({recipe, std::move(t)});
+}
+
+std::string Pct(double x) {
+  char b[32];
+  snprintf(b, sizeof b, "%+.0f%%", -100 * x);
+  return b;
+}
+
+}  // namespace
+
+Status TuningSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  out->clear();
+  AddSynthetic("tune-syn-s1", 1, 2000, 16, 1.2, 0.2, out);
+  AddSynthetic("tune-syn-s2", 2, 2000, 16, 1.2, 0.2, out);
+  if (dir.empty()) return Status::OK();
+  PREEMPT_RETURN_IF_ERROR(AddAlibaba(dir, "tune-ali-x1.5", {0, 0, 1, 1, 1, 1.5}, out));
+  PREEMPT_RETURN_IF_ERROR(AddAlibaba(dir, "tune-ali-x2.0", {0, 0, 1, 1, 1, 2.0}, out));
+  PREEMPT_RETURN_IF_ERROR(AddAlibaba(dir, "tune-ali-multi50-s1", {0.5, 0, 1, 1, 1, 1.5}, out));
+  PREEMPT_RETURN_IF_ERROR(AddAlibaba(dir, "tune-ali-rate1.5-s2", {0, 0, 1.5, 0.8, 2, 1.5}, out));
+  return Status::OK();
+}
+
+Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  out->clear();
+  if (!dir.empty()) {
+    const struct {
+      const char* label;
+      AlibabaVariant v;
+    } ali[] = {
+        {"eval-ali-multi50-s11-x1.3", {0.5, 0, 1, 1, 11, 1.3}},
+        {"eval-ali-multi50-s12-x2.0", {0.5, 0, 1, 1, 12, 2.0}},
+        {"eval-ali-multi50-s13-x1.5", {0.5, 0, 1, 1, 13, 1.5}},
+        {"eval-ali-multi50-s14-x1.8", {0.5, 0, 1, 1, 14, 1.8}},
+        {"eval-ali-multi35-s21-x1.5", {0.35, 0, 1, 1, 21, 1.5}},
+        {"eval-ali-multi35-s22-x2.0", {0.35, 0, 1, 1, 22, 2.0}},
+        {"eval-ali-multi25-s31-x1.7", {0.25, 0, 1, 1, 31, 1.7}},
+        {"eval-ali-rate1.25-x1.5", {0, 0, 1.25, 1, 1, 1.5}},
+        {"eval-ali-rate2-keep60-s32-x1.3", {0, 0, 2, 0.6, 32, 1.3}},
+        {"eval-ali-medium30-s41-x1.5", {0, 0.3, 1, 1, 41, 1.5}},
+        {"eval-ali-medium30-s42-x2.0", {0, 0.3, 1, 1, 42, 2.0}},
+        {"eval-ali-keep70-s43-x1.5", {0, 0, 1, 0.7, 43, 1.5}},
+        {"eval-ali-keep70-s44-x1.8", {0, 0, 1, 0.7, 44, 1.8}},
+        {"eval-ali-multi50-medium30-s51-x1.5", {0.5, 0.3, 1, 1, 51, 1.5}},
+    };
+    for (const auto& a : ali) PREEMPT_RETURN_IF_ERROR(AddAlibaba(dir, a.label, a.v, out));
+  }
+  const struct {
+    uint64_t seed;
+    int nodes;
+    double load, high;
+  } syn[] = {{101, 16, 1.0, 0.2}, {102, 16, 1.5, 0.2}, {103, 8, 1.2, 0.2},  {104, 24, 1.2, 0.2},
+             {105, 16, 1.2, 0.1}, {106, 16, 1.2, 0.35}, {107, 8, 1.5, 0.35}, {108, 24, 1.0, 0.1},
+             {109, 16, 1.3, 0.25}, {110, 12, 1.1, 0.2}};
+  for (const auto& s : syn) {
+    char label[64];
+    snprintf(label, sizeof label, "eval-syn-s%llu-n%d-l%.1f-h%.0f", static_cast<unsigned long long>(s.seed), s.nodes,
+             s.load, 100 * s.high);
+    AddSynthetic(label, s.seed, 1500, s.nodes, s.load, s.high, out);
+  }
+  return Status::OK();
+}
+
+TargetResult CheckProtocolTargets(const SimMetrics& h, const SimMetrics& k, const SimMetrics& r) {
+  TargetResult t;
+  t.lost_vs_k8s = k.lost_gpu_hours > 0 ? 1 - h.lost_gpu_hours / k.lost_gpu_hours : 0;
+  t.lost_vs_runtime = r.lost_gpu_hours > 0 ? 1 - h.lost_gpu_hours / r.lost_gpu_hours : 0;
+  t.lost_k8s_ok = h.lost_gpu_hours <= 0.5 * k.lost_gpu_hours;
+  t.lost_runtime_ok = h.lost_gpu_hours <= 0.75 * r.lost_gpu_hours;
+  t.p95_ok = h.high_wait_p95_s <= std::min(k.high_wait_p95_s, r.high_wait_p95_s) + 1.0;
+  t.starvation_ok = h.low_starved_delay <= k.low_starved_delay;
+  t.max_preempted_ok = h.preemptions_per_job_max <= k.preemptions_per_job_max;
+  t.preemptions_ok = h.preemptions + h.moves <= 1.2 * (k.preemptions + k.moves);
+  return t;
+}
+
+Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& traces, const std::string& name,
+                   const PolicyOptions& policy, const SimOptions& sim, std::string* json,
+                   std::vector<std::string>* targets) {
+  PolicyOptions k8s, runtime;
+  PolicyByName("k8s", &k8s);
+  PolicyByName("k8s+runtime", &runtime);
+  printf("\n== protocol, %s set (%zu traces): %s vs k8s (30 s grace) and k8s+runtime (grace sized from hints)\n",
+         set.c_str(), traces.size(), name.c_str());
+  printf("   per trace: lost GPU-h (vs k8s, vs k8s+runtime) | high p95 s | low starved (total delay) | most preempted "
+         "job | preemptions+moves | re-preemptions within 1 h;  %s / k8s / k8s+runtime\n",
+         name.c_str());
+  printf("   targets: L = lost >= 50%% below k8s, R = >= 25%% below k8s+runtime, P = p95 <= both + 1 s, S = starved <= "
+         "k8s, M = most preempted <= k8s, N = preemptions <= 1.2 x k8s\n");
+  int met[6] = {};
+  *json += "{\"set\":\"" + set + "\",\"policy\":\"" + name + "\",\"traces\":[";
+  for (size_t i = 0; i < traces.size(); ++i) {
+    const Trace& t = traces[i].trace;
+    SimResult rh, rk, rr;
+    PREEMPT_RETURN_IF_ERROR(Simulate(t, policy, sim, &rh));
+    PREEMPT_RETURN_IF_ERROR(Simulate(t, k8s, sim, &rk));
+    PREEMPT_RETURN_IF_ERROR(Simulate(t, runtime, sim, &rr));
+    for (const SimResult* r : {&rh, &rk, &rr})
+      for (const std::string& v : r->violations) fprintf(stderr, "bench_sched: %s: %s\n", t.name.c_str(), v.c_str());
+    const SimMetrics &h = rh.metrics, &k = rk.metrics, &r = rr.metrics;
+    const TargetResult c = CheckProtocolTargets(h, k, r);
+    const bool ok[6] = {c.lost_k8s_ok, c.lost_runtime_ok, c.p95_ok, c.starvation_ok, c.max_preempted_ok, c.preemptions_ok};
+    char flags[7] = "LRPSMN";
+    for (int f = 0; f < 6; ++f) {
+      met[f] += ok[f];
+      if (!ok[f]) flags[f] = '-';
+    }
+    int gpus = 0;
+    for (const Node& n : t.nodes) gpus += n.gpus;
+    printf("%-36s %5zu jobs %3d GPUs | %6.1f %6.1f %6.1f (%s %s) | %6.0f %6.0f %6.0f | %4d %4d %4d | %3d %3d %3d | "
+           "%5d %5d %5d | %4d %4d %4d | %s | lost=restore+discarded+stopped %.1f+%.1f+%.1f / %.1f+%.1f+%.1f / %.1f+%.1f+%.1f\n",
+           t.name.c_str(), t.jobs.size(), gpus, h.lost_gpu_hours, k.lost_gpu_hours, r.lost_gpu_hours,
+           Pct(c.lost_vs_k8s).c_str(), Pct(c.lost_vs_runtime).c_str(), h.high_wait_p95_s, k.high_wait_p95_s,
+           r.high_wait_p95_s, h.low_starved_delay, k.low_starved_delay, r.low_starved_delay, h.preemptions_per_job_max,
+           k.preemptions_per_job_max, r.preemptions_per_job_max, h.preemptions + h.moves, k.preemptions + k.moves,
+           r.preemptions + r.moves, h.repreemptions, k.repreemptions, r.repreemptions, flags,
+           h.lost_restore_gpu_hours, h.lost_discarded_gpu_hours, h.lost_stopped_gpu_hours, k.lost_restore_gpu_hours,
+           k.lost_discarded_gpu_hours, k.lost_stopped_gpu_hours, r.lost_restore_gpu_hours, r.lost_discarded_gpu_hours,
+           r.lost_stopped_gpu_hours);
+    *json += std::string(i ? "," : "") + "{\"trace\":\"" + t.name + "\",\"recipe\":\"" + traces[i].recipe +
+             "\",\"flags\":\"" + flags + "\",\"policy\":" + MetricsJson(h) + ",\"k8s\":" + MetricsJson(k) +
+             ",\"k8s_runtime\":" + MetricsJson(r) + "}";
+  }
+  const int n = static_cast<int>(traces.size());
+  const struct {
+    const char* what;
+    int need;  // traces that must meet it
+  } goal[6] = {{"lost GPU-h >= 50% below k8s (30 s grace)", (9 * n + 9) / 10},
+               {"lost GPU-h >= 25% below k8s+runtime", (8 * n + 9) / 10},
+               {"high p95 wait <= both baselines + 1 s", n},
+               {"low starved (total delay) <= k8s", n},
+               {"most-preempted job <= k8s", n},
+               {"preemptions + moves <= 1.2 x k8s", n}};
+  printf("   %s set, %s: traces meeting each target (of %d)\n", set.c_str(), name.c_str(), n);
+  *json += "],\"met\":{";
+  for (int f = 0; f < 6; ++f) {
+    const bool pass = met[f] >= goal[f].need;
+    printf("     %-44s %2d / %d  (target >= %d): %s\n", goal[f].what, met[f], n, goal[f].need, pass ? "MET" : "NOT MET");
+    char item[320];
+    snprintf(item, sizeof item, "{\"name\":\"protocol %s set, %s: %s, traces met\",\"value\":%d,\"target\":\">= %d\",\"pass\":%s}",
+             set.c_str(), name.c_str(), goal[f].what, met[f], goal[f].need, pass ? "true" : "false");
+    targets->push_back(item);
+    *json += std::string(f ? "," : "") + "\"" + goal[f].what + "\":" + std::to_string(met[f]);
+  }
+  *json += "},\"traces_total\":" + std::to_string(n) + "}";
+  return Status::OK();
+}
+
+Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& name, const PolicyOptions& policy,
+                   const SimOptions& sim, std::string* json) {
+  PolicyOptions k8s, runtime;
+  PolicyByName("k8s", &k8s);
+  PolicyByName("k8s+runtime", &runtime);
+  const double target_s = sim.grace_period_s > 0 ? sim.grace_period_s : 30;
+  printf("\n== capacity: fewest 8-GPU nodes keeping the high-priority p95 wait within %.0f s (the grace period)\n",
+         target_s);
+  *json += "[";
+  for (size_t i = 0; i < traces.size(); ++i) {
+    const Trace& t = traces[i].trace;
+    printf("  %-36s (%3zu GPUs in the protocol)", t.name.c_str(), 8 * t.nodes.size());
+    *json += std::string(i ? "," : "") + "{\"trace\":\"" + t.name + "\"";
+    const std::pair<std::string, const PolicyOptions*> runs[] = {{"k8s", &k8s}, {"k8s+runtime", &runtime},
+                                                                 {name, &policy}};
+    for (const auto& [label, p] : runs) {
+      CapacityReport c;
+      PREEMPT_RETURN_IF_ERROR(FindCapacity(t, *p, sim, target_s, 8, &c));
+      if (c.found) printf("  %s %d GPUs (p95 %.0f s)", label.c_str(), c.gpus, c.high_p95_s);
+      else printf("  %s > %d GPUs", label.c_str(), 8 * c.largest_tried_nodes);
+      *json += ",\"" + label + "\":" + (c.found ? std::to_string(c.gpus) : "null");
+    }
+    printf("\n");
+    *json += "}";
+  }
+  *json += "]";
+  return Status::OK();
+}
+
+Status RunSets(const std::string& which, const std::string& alibaba_dir, const std::string& name,
+               const PolicyOptions& policy, std::string* json, std::vector<std::string>* targets) {
+  const SimOptions sim;  // one eviction model for all three policies
+  std::string protocol, capacity = "null";
+  for (const std::string set : {"tuning", "evaluation"}) {
+    if (which != "both" && which != set) continue;
+    std::vector<ProtocolTrace> traces;
+    PREEMPT_RETURN_IF_ERROR(set == "tuning" ? TuningSet(alibaba_dir, &traces) : EvaluationSet(alibaba_dir, &traces));
+    if (!protocol.empty()) protocol += ",";
+    PREEMPT_RETURN_IF_ERROR(RunProtocol(set, traces, name, policy, sim, &protocol, targets));
+    if (set != "tuning") continue;
+    std::vector<ProtocolTrace> alibaba;  // capacity: a few simulations per trace
+    for (const ProtocolTrace& t : traces)
+      if (t.trace.name.find("-ali-") != std::string::npos) alibaba.push_back(t);
+    capacity.clear();
+    PREEMPT_RETURN_IF_ERROR(RunCapacity(alibaba, name, policy, sim, &capacity));
+  }
+  *json = ",\"protocol\":[" + protocol + "],\"capacity\":" + capacity;
+  return Status::OK();
+}
+
+}  // namespace preempt::sched::bench

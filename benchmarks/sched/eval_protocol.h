@@ -1,0 +1,68 @@
+// eval_protocol.h — the scheduler's evaluation protocol: a declared tuning set and a declared
+// evaluation set of traces, the baselines, and the targets counted per trace.
+//
+// Every policy setting is chosen on the tuning set only; the evaluation set (at least 20 traces
+// that no setting was chosen on) is built from the Alibaba GPU trace shipped in the repository
+// (variants: a larger multi-GPU share made of copies of the trace's own multi-GPU jobs, a class
+// mix with more medium priority, arrival-rate scaling, random subsets, several cluster sizes,
+// different seeds) and from the synthetic generator (other seeds, loads, class mixes and cluster
+// sizes). Each trace runs once under the same eviction model (SimOptions: grace 30 s, victims run
+// the preempt runtime) with three policies: "k8s" (the Kubernetes order at its default 30 s
+// grace), "k8s+runtime" (the same order, grace sized from each victim's hints: the strongest
+// baseline) and the policy under test. docs/sched.md lists the sets and defines the targets.
+//
+// Thread-safety: none needed (the benchmark is single-threaded).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "preempt/sched/simulator.h"
+#include "preempt/status.h"
+
+namespace preempt::sched::bench {
+
+// One trace of a set: how it was built (a one-line recipe) and the trace.
+struct ProtocolTrace {
+  std::string recipe;
+  Trace trace;
+};
+
+// The declared sets. `alibaba_dir` holds pods.csv; without it only the synthetic traces are built
+// (and the set is reported as incomplete).
+Status TuningSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
+Status EvaluationSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
+
+// The targets on one trace: the policy under test against the two baselines.
+struct TargetResult {
+  double lost_vs_k8s = 0, lost_vs_runtime = 0;  // 1 - policy / baseline
+  bool lost_k8s_ok = false;       // >= 50 % below k8s (30 s grace)
+  bool lost_runtime_ok = false;   // >= 25 % below k8s+runtime
+  bool p95_ok = false;            // high p95 wait <= both baselines' + 1 s
+  bool starvation_ok = false;     // low_starved_delay <= k8s's
+  bool max_preempted_ok = false;  // preemptions_per_job_max <= k8s's
+  bool preemptions_ok = false;    // preemptions + moves <= 1.2 x k8s's
+};
+TargetResult CheckProtocolTargets(const SimMetrics& policy, const SimMetrics& k8s, const SimMetrics& runtime);
+
+// Runs `set` ("tuning" or "evaluation") with the policy under test `policy` (named `name`):
+// prints one line per trace with every metric the targets read, then how many traces meet each
+// target. Appends a JSON object to *json and harness "targets" entries to *targets.
+Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& traces, const std::string& name,
+                   const PolicyOptions& policy, const SimOptions& sim, std::string* json,
+                   std::vector<std::string>* targets);
+
+// Capacity report: for each trace, the fewest 8-GPU nodes on which each policy (k8s, k8s+runtime
+// and the policy under test) keeps the high-priority p95 wait within the 30 s grace
+// (FindCapacity). Appends a JSON array to *json.
+Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& name, const PolicyOptions& policy,
+                   const SimOptions& sim, std::string* json);
+
+// Runs the sets named by `which` ("tuning", "evaluation" or "both") with the policy under test
+// and SimOptions' defaults (30 s grace, victims run the preempt runtime): the protocol per set, and
+// the capacity report for the tuning set's Alibaba traces. Writes
+// `,"protocol":[...],"capacity":[...]` to *json and appends the harness "targets" entries.
+Status RunSets(const std::string& which, const std::string& alibaba_dir, const std::string& name,
+               const PolicyOptions& policy, std::string* json, std::vector<std::string>* targets);
+
+}  // namespace preempt::sched::bench
