@@ -273,7 +273,7 @@ struct LoopRun {
 };
 
 // One run of the training loop: `steps` timed steps, after a first step that creates Adam's state
-// (where the runtime starts preparing staging).
+// and staging ready (the first snapshot's own cost is measured apart, in the size section).
 LoopRun TrainLoop(const Options& opt, uint64_t param_bytes, bool checkpoint, const std::string& root) {
   torch::manual_seed(0);
   auto net = std::make_shared<WideMlp>(param_bytes);
@@ -298,7 +298,9 @@ LoopRun TrainLoop(const Options& opt, uint64_t param_bytes, bool checkpoint, con
   LoopRun r;
   double fence_s = 0;
   step_fn(&fence_s);
-  if (checkpoint) st.prepare_staging();
+  // Staging is prepared in the background once (a one-off per run, amortized over a real run's
+  // hours): the timed steps measure the steady state.
+  if (checkpoint) st.reserve();
   r.bytes = st.state_bytes();
   double pending = -1;  // the stall of the checkpoint whose copy may still be running
   auto t0 = Clock::now();
@@ -417,7 +419,9 @@ int main(int argc, char** argv) {
     so.root = root;
     so.keep_last = 1;
     preempt::Store store(so);
-    pt::TrainingState state;  // two staging buffers, capture_rng
+    pt::TrainingStateOptions so_state;
+    so_state.staging_buffers = 1;  // snapshots and saves here take turns; keeps 4 GiB runs in memory
+    pt::TrainingState state(so_state);
     state.track("model", *model);
     state.track("optim", adam);
     const uint64_t bytes = state.state_bytes();
@@ -432,7 +436,7 @@ int main(int argc, char** argv) {
     const auto layout_known_at = Clock::now();
     std::vector<double> copy_s, stall_s;
     const std::vector<at::Tensor> ts = StateTensors(*model, adam);
-    preempt::AlignedBuffer dst(bytes + ts.size() * preempt::kIoAlignment, true);
+    preempt::AlignedBuffer dst(bytes + ts.size() * preempt::kIoAlignment, true);  // freed before restore
     const int copy_reps = std::max(opt.reps, 5);
     for (int r = 0; r < copy_reps; ++r) copy_s.push_back(PlainCopy(ts, dst));
     {
@@ -455,6 +459,7 @@ int main(int argc, char** argv) {
       state.snapshot(r + 1);
       stall_s.push_back(Since(t1));
     }
+    dst = preempt::AlignedBuffer();
     const double copy = Best(copy_s);
     j.num(L + ".copy_s", copy);
     j.num(L + ".copy_s_median", Median(copy_s));
@@ -500,9 +505,10 @@ int main(int argc, char** argv) {
       std::vector<preempt::AlignedBuffer> bufs;
       std::vector<at::Tensor> plain;
       std::vector<preempt::RestoreTarget> tgs, plain_tgs;
+      const bool with_4k = bytes <= (1ull << 30);  // a third copy of the state: small sizes only
       for (const auto& t : man.tensors) {
         bufs.emplace_back(t.nbytes, /*prefault=*/true);
-        plain.push_back(at::zeros({static_cast<int64_t>(t.nbytes)}, at::kByte));
+        plain.push_back(at::zeros({with_4k ? static_cast<int64_t>(t.nbytes) : 1}, at::kByte));
         preempt::RestoreTarget rt;
         rt.name = t.name;
         rt.dtype = t.dtype;
@@ -524,6 +530,7 @@ int main(int argc, char** argv) {
         auto t1 = Clock::now();
         preempt::ThrowIfError(store.restore(tgs, preempt::RestoreOptions(), &rr));
         store_restore_s.push_back(Since(t1));
+        if (!with_4k) continue;
         DropCaches();
         auto t2 = Clock::now();
         preempt::ThrowIfError(store.restore(plain_tgs, preempt::RestoreOptions(), &rr));
@@ -540,9 +547,11 @@ int main(int argc, char** argv) {
     j.str(L + ".restore_cache", cache);
     printf("  store restore (%s) %7.3f s  (%.2f GB/s; median %.3f s)\n", cache.c_str(), store_restore,
            bytes / store_restore / 1e9, Median(store_restore_s));
-    j.num(L + ".store_restore_4k_pages_s", Best(store_plain_s));
-    printf("  store restore, 4 KiB-page targets %.3f s  (%.2f GB/s; median %.3f s)\n", Best(store_plain_s),
-           bytes / Best(store_plain_s) / 1e9, Median(store_plain_s));
+    if (!store_plain_s.empty()) {
+      j.num(L + ".store_restore_4k_pages_s", Best(store_plain_s));
+      printf("  store restore, 4 KiB-page targets %.3f s  (%.2f GB/s; median %.3f s)\n", Best(store_plain_s),
+             bytes / Best(store_plain_s) / 1e9, Median(store_plain_s));
+    }
     targets.push_back({L + " restore bandwidth / store's", store_restore / restore, ">= 0.9", store_restore / restore >= 0.9});
     printf("  restore (%s)      %8.3f s  (%.2f GB/s; median %.3f s)\n", cache.c_str(), restore, bytes / restore / 1e9,
            Median(restore_s));
