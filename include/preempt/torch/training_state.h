@@ -55,6 +55,8 @@
 //
 // Thread-safety: a TrainingState is used by the training thread only (tracked objects are read
 // during snapshot() and written during restore()). SaveHandles it returns may be used anywhere.
+// Its own background threads prepare staging memory and run the overlapped copies; they read
+// tracked tensors only between checkpoint_overlapped() and the next before_update().
 #pragma once
 
 #include <cstdint>
