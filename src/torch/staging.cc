@@ -277,7 +277,7 @@ void StagingPool::copy_in_background(StagingPool* pool, StagingBuffer* buf, Over
     ov->host_done = true;
   }
   ov->cv.notify_all();
-  if (!st.ok()) return ov->handle->failed(st.WithContext("checkpoint step " + std::to_string(buf->step)));
+  if (!st.ok()) return ov->handle->failed(st.with_context("checkpoint step " + std::to_string(buf->step)));
   try {
     ov->device.synchronize();
     buf->items.clear();
@@ -317,7 +317,7 @@ SaveSlot* StagingPool::fill_in_place(std::vector<Entry> entries, Deadline deadli
   for (const auto& e : entries)
     if (!e.is_blob && e.nbytes() > 0 && !CpuContiguous(e.tensor)) return nullptr;
   if (in_place_ && in_place_->busy())
-    ThrowIfError(in_place_->handle->wait(deadline).WithContext("previous in-place save"));
+    ThrowIfError(in_place_->handle->wait(deadline).with_context("previous in-place save"));
   if (!in_place_) in_place_ = std::make_unique<SaveSlot>();
   SaveSlot* slot = in_place_.get();
   keep_first_error(*slot);
