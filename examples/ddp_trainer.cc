@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
       if (!rt.wait_registered().ok()) return false;    // a peer is gone: stop (exit_code() says so)
       for (auto& p : model->parameters()) p.grad().div_(world);
     }
+    rt.before_update();  // the last checkpoint's copy is done with the parameters
     optimizer.step();
     return true;
   };

@@ -8,7 +8,9 @@
 //   rt.track("model", model); rt.track("optim", optimizer); rt.track("data", sampler);
 //   int64_t step = rt.restore();                    // 0 when there is nothing to resume
 //   for (; step < total; ++step) {
-//     train_one_step();                             // rt.register_work(pg->allreduce(...)) if async
+//     forward_backward();                           // rt.register_work(pg->allreduce(...)) if async
+//     rt.before_update();                           // the fence that lets checkpoints overlap
+//     optimizer.step();
 //     if (rt.step_end(step) == preempt::Action::kStop) break;   // agreed, drained, committed
 //   }
 //   return rt.exit_code();
@@ -32,7 +34,12 @@
 //     cancelled; whether the checkpoint counts as committed is decided from what is on disk, so
 //     every rank reports the same truth (exit code, log, hints).
 //   * checkpoint (every_steps, every_seconds / adaptive interval, a checkpoint signal, or a
-//     request file): snapshot now (the stall), persist in the background; returns kCheckpoint.
+//     request file): snapshot, persist in the background; returns kCheckpoint. When the step
+//     that just ended called before_update() (and RuntimeOptions::overlap_snapshot), only what
+//     the next forward pass may change is copied now; parameters and optimizer state are copied
+//     in the background while the next step's forward and backward run, and that step's
+//     before_update() waits for the copy (TrainingState::checkpoint_overlapped). Otherwise the
+//     whole copy happens here (the stall).
 //
 // Exit codes (exit_code()):
 //   0    training ended without a stop request (pending saves waited for)
@@ -111,9 +118,12 @@ struct RuntimeOptions {
   double grace_margin = 1.25;
   int exit_code_preempted = kExitPreempted;
   int exit_code_failed = kExitStopFailed;
-  // Allocate and pre-fault the staging buffers at the end of the first step (optimizer state
-  // exists then), so the stop path never pays for the allocation (it can take seconds on a VM).
+  // Allocate and pre-fault the staging buffers on a background thread from the end of the first
+  // step (optimizer state exists then), so that no step waits for it (seconds per GiB on a VM).
   bool reserve_staging = true;
+  // Overlap the copy of a periodic checkpoint with the next step's forward and backward when the
+  // trainer calls before_update() (see Runtime::before_update).
+  bool overlap_snapshot = true;
   int gpus = 0;                    // hints "gpus"
 };
 
@@ -124,6 +134,8 @@ struct RuntimeStats {
   int64_t checkpoints_committed = 0;
   int64_t last_commit_step = -1;
   double step_time_s = 0;          // EWMA
+  int64_t checkpoints_overlapped = 0;  // of checkpoints_started: copied while the next step ran
+  double fence_wait_s = 0;         // total time before_update() waited for those copies
   CoordStats coord;
   // The stop path (valid after a stop).
   int64_t stop_step = -1;          // completed steps at the stop = the stop checkpoint's step
@@ -191,6 +203,13 @@ class Runtime {
   int64_t restore();
 
   // ---- per step -----------------------------------------------------------------------------
+  // The fence before the optimizer update. Call it in every step right before optimizer.step()
+  // (and before any other in-place change of tracked parameters or optimizer state): it waits
+  // until the copy of the last checkpoint no longer reads them (on CUDA the update's kernels
+  // wait for the device-to-host copy; the host does not). A step that called it lets the
+  // checkpoint taken at its step_end overlap with the next step's forward and backward; the
+  // runtime relies on the next step calling it too. Never throws; O(ns) when nothing is copying.
+  void before_update();
   // After step `step` (0-based index) ran: step + 1 steps are complete.
   Action step_end(int64_t step);
   // True once a stop was decided (step_end returned kStop).
@@ -228,7 +247,7 @@ class Runtime {
   bool confirm_stop_commit(int64_t ckpt_step, const std::shared_ptr<SaveHandle>& handle, Status* result);
   bool committed_on_disk(int64_t ckpt_step);
   void stop_without_checkpoint(const Status& why);
-  void start_checkpoint(int64_t step, bool requested);
+  void start_checkpoint(int64_t step, bool requested, bool overlap);
   void reap(bool block, Deadline deadline);
   void note_commit(int64_t ckpt_step, const std::string& path);
   void warn_if_grace_short(const char* when);
@@ -255,6 +274,8 @@ class Runtime {
   std::chrono::steady_clock::time_point last_step_end_{};
   std::chrono::steady_clock::time_point last_checkpoint_time_{};
   std::chrono::steady_clock::time_point last_commit_time_{};
+  int64_t overlapped_step_ = -1;  // the checkpoint whose copy may still be running
+  bool fence_in_step_ = false;    // before_update() was called since the last step_end
   bool stopped_ = false;
   bool want_checkpoint_ = false;
   bool grace_warned_ = false;

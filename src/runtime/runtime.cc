@@ -228,14 +228,15 @@ Action Runtime::step_end(int64_t step) {
   stats_.steps++;
   hints_.step = step + 1;
   reap(false, Deadline::Never());
+  const bool overlap = options_.overlap_snapshot && fence_in_step_;
+  fence_in_step_ = false;
   if (options_.reserve_staging && stats_.steps == 1) {
-    auto t0 = std::chrono::steady_clock::now();
     try {
-      state_->reserve();
-      PREEMPT_LOG_INFO("staging reserved: %d buffer(s) of %.1f MiB in %.3f s", options_.state.staging_buffers,
-                       state_->state_bytes() / 1048576.0, SecondsSince(t0));
+      state_->prepare_staging();
+      PREEMPT_LOG_INFO("preparing staging in the background: %d buffer(s) of %.1f MiB", options_.state.staging_buffers,
+                       state_->state_bytes() / 1048576.0);
     } catch (const Error& e) {
-      PREEMPT_LOG_WARN("could not reserve staging now (it will be allocated at the first checkpoint): %s", e.what());
+      PREEMPT_LOG_WARN("could not prepare staging now (it will be allocated at the first checkpoint): %s", e.what());
     }
   }
 
@@ -269,13 +270,23 @@ Action Runtime::step_end(int64_t step) {
   bool due = options_.every_steps > 0 && (step + 1) % options_.every_steps == 0;
   if (d.checked) want_checkpoint_ = false;
   if (d.checkpoint || due) {
-    start_checkpoint(step, d.checkpoint);
+    start_checkpoint(step, d.checkpoint, overlap);
     return Action::kCheckpoint;
   }
   return Action::kContinue;
 }
 
-void Runtime::start_checkpoint(int64_t step, bool requested) {
+void Runtime::before_update() {
+  fence_in_step_ = true;
+  if (overlapped_step_ < 0) return;
+  const double waited = state_->before_update();
+  stats_.fence_wait_s += waited;
+  for (auto& p : pending_)
+    if (p->step == overlapped_step_) p->stall_s += waited;  // the stall this checkpoint cost
+  overlapped_step_ = -1;
+}
+
+void Runtime::start_checkpoint(int64_t step, bool requested, bool overlap) {
   auto p = std::make_unique<Pending>();
   p->step = step + 1;
   if (rank() == 0 && requested) p->request_id = request_to_ack_;
@@ -284,7 +295,8 @@ void Runtime::start_checkpoint(int64_t step, bool requested) {
     // kWait on every rank alike: a rank that skipped while the others saved would leave rank 0
     // waiting for a manifest that never comes.
     const torch::CheckpointResult started =
-        state_->checkpoint_async(*store_, p->step, torch::WhenBusy::kWait, StopDeadline());
+        overlap ? state_->checkpoint_overlapped(*store_, p->step, torch::WhenBusy::kWait, StopDeadline())
+                : state_->checkpoint_async(*store_, p->step, torch::WhenBusy::kWait, StopDeadline());
     p->handle = started.handle;
     p->stall_s = started.snapshot.stall_s;
     p->bytes = started.snapshot.bytes;
@@ -295,6 +307,10 @@ void Runtime::start_checkpoint(int64_t step, bool requested) {
   if (!p->handle) return;
   last_checkpoint_time_ = std::chrono::steady_clock::now();
   stats_.checkpoints_started++;
+  if (overlap) {
+    stats_.checkpoints_overlapped++;
+    overlapped_step_ = p->step;
+  }
   pending_.push_back(std::move(p));
   if (pending_.size() == 1) publish(JobState::kCheckpointing);
 }

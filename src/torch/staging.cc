@@ -1,4 +1,5 @@
-// Staging buffers and the in-place save slot of preempt::torch::TrainingState.
+// Staging buffers, the overlapped snapshot and the in-place save slot of
+// preempt::torch::TrainingState.
 #include "torch/staging.h"
 
 #include <chrono>
@@ -8,6 +9,7 @@
 #include <torch/cuda.h>
 
 #include "preempt/log.h"
+#include "torch/deferred_save.h"
 
 namespace preempt::torch::internal {
 namespace {
@@ -31,7 +33,41 @@ SaveItem ItemFor(const Entry& e, const void* data) {
 
 bool CpuContiguous(const at::Tensor& t) { return t.device().is_cpu() && t.is_contiguous(); }
 
+// Copies one entry into `dst` on the calling thread; true when a device copy was queued
+// non-blocking (the caller synchronizes).
+bool CopyEntry(const Entry& e, uint8_t* dst, bool pinned_dst) {
+  const size_t n = e.nbytes();
+  if (n == 0) return false;
+  if (e.is_blob) {
+    std::memcpy(dst, e.blob.data(), n);
+    return false;
+  }
+  if (CpuContiguous(e.tensor)) {
+    std::memcpy(dst, e.tensor.data_ptr(), n);
+    return false;
+  }
+  const at::Tensor& t = e.tensor;
+  at::Tensor view = at::from_blob(dst, t.sizes(), at::TensorOptions().dtype(t.scalar_type()));
+  const bool device = !t.device().is_cpu();
+  view.copy_(t, /*non_blocking=*/device && pinned_dst);
+  return device;
+}
+
 }  // namespace
+
+// The overlapped snapshot in flight.
+struct StagingPool::Overlap {
+  std::vector<Entry> entries;
+  std::vector<uint64_t> offsets;
+  std::vector<char> staged;  // copied already (on the training thread or queued on a stream)
+  std::shared_ptr<DeferredSaveHandle> handle;
+  DeviceCopies device;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool host_done = false;  // the copy thread no longer reads live tensors
+  bool fenced = false;
+  std::thread thread;
+};
 
 uint64_t LayoutBytes(const std::vector<Entry>& entries) {
   uint64_t off = 0;
@@ -52,6 +88,10 @@ StagingPool::StagingPool(int buffers, bool pin_memory) : pin_memory_(pin_memory)
   }
 }
 
+StagingPool::~StagingPool() { finish_overlap(); }
+
+bool StagingPool::pinned() const { return pin_memory_ && CudaDevices() > 0; }
+
 void StagingPool::keep_first_error(const SaveSlot& slot) {
   if (first_error_.ok() && slot.handle && slot.handle->done() && !slot.handle->status().ok())
     first_error_ = slot.handle->status();
@@ -65,7 +105,7 @@ Status StagingPool::first_error() {
 
 uint64_t StagingPool::staging_bytes() const {
   uint64_t n = 0;
-  for (const auto& b : buffers_) n += b->capacity;
+  for (const auto& b : buffers_) n += b->capacity.load();
   return n;
 }
 
@@ -87,24 +127,48 @@ StagingBuffer* StagingPool::acquire(WhenBusy when_busy, Deadline deadline, doubl
   }
 }
 
+void StagingPool::prepare(uint64_t need) {
+  for (auto& b : buffers_) {
+    if (b->busy()) continue;
+    const uint64_t have = b->pending.valid() ? b->pending_bytes : b->mem.capacity;
+    if (have >= need) continue;
+    b->pending = preparer_.prepare(need, pinned());
+    b->pending_bytes = need;
+  }
+}
+
+void StagingPool::reserve(uint64_t need) {
+  for (auto& b : buffers_)
+    if (!b->busy()) (void)ensure_capacity(b.get(), need);
+}
+
+void StagingPool::adopt_if_ready(StagingBuffer* buf) {
+  if (buf->pending.valid() && buf->pending.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
+    (void)ensure_capacity(buf, 0);
+}
+
 double StagingPool::ensure_capacity(StagingBuffer* buf, uint64_t need) {
-  if (buf->capacity >= need) return 0;
   auto t0 = Clock::now();
-  if (staged_ == buf) staged_ = nullptr;
-  buf->handle.reset();
-  buf->pinned = at::Tensor();
-  buf->host = AlignedBuffer();
-  buf->data = nullptr;
+  bool waited = false;
+  if (buf->pending.valid()) {
+    waited = buf->pending.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+    if (buf->pending_bytes < need) {
+      buf->pending = {};  // too small: dropped (the preparer frees it)
+    } else {
+      try {
+        StagingMemory m = buf->pending.get();  // waits while it is being prepared
+        if (m.capacity > buf->mem.capacity) buf->mem = std::move(m);
+      } catch (const std::exception& e) {
+        PREEMPT_LOG_WARN("snapshot: preparing staging buffer %d in the background failed (%s)", buf->id, e.what());
+      }
+      buf->capacity = buf->mem.capacity;
+    }
+  }
+  if (buf->mem.capacity >= need) return waited ? SecondsSince(t0) : 0;
+  buf->mem = StagingMemory();
   buf->capacity = 0;
   try {
-    if (pin_memory_ && CudaDevices() > 0) {
-      buf->pinned = at::empty({static_cast<int64_t>(need)}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-      std::memset(buf->pinned.data_ptr(), 0, need);  // pre-fault
-      buf->data = static_cast<uint8_t*>(buf->pinned.data_ptr());
-    } else {
-      buf->host = AlignedBuffer(need, /*prefault=*/true);
-      buf->data = buf->host.data();
-    }
+    buf->mem = AllocateStaging(need, pinned());
   } catch (const std::exception& e) {
     throw Error(Status(StatusCode::kNoSpace,
                        "snapshot: allocating " + std::to_string(need) + " bytes of staging failed: " + e.what()));
@@ -116,11 +180,6 @@ double StagingPool::ensure_capacity(StagingBuffer* buf, uint64_t need) {
   return alloc_s;
 }
 
-void StagingPool::reserve(uint64_t need) {
-  for (auto& b : buffers_)
-    if (!b->busy()) ensure_capacity(b.get(), need);
-}
-
 uint64_t StagingPool::copy_into(StagingBuffer* buf, const std::vector<Entry>& entries) {
   buf->items.clear();
   buf->items.reserve(entries.size());
@@ -128,29 +187,132 @@ uint64_t StagingPool::copy_into(StagingBuffer* buf, const std::vector<Entry>& en
   bool any_device = false;
   for (const auto& e : entries) {
     off = AlignUp(off, kIoAlignment);
-    const size_t n = e.nbytes();
-    uint8_t* dst = buf->data + off;
-    if (e.is_blob) {
-      if (n) std::memcpy(dst, e.blob.data(), n);
-    } else if (n == 0) {
-    } else if (CpuContiguous(e.tensor)) {
-      std::memcpy(dst, e.tensor.data_ptr(), n);
-    } else {
-      const at::Tensor& t = e.tensor;
-      at::Tensor view = at::from_blob(dst, t.sizes(), at::TensorOptions().dtype(t.scalar_type()));
-      const bool device = !t.device().is_cpu();
-      view.copy_(t, /*non_blocking=*/device && buf->pinned.defined());
-      any_device = any_device || device;
-    }
+    uint8_t* dst = buf->mem.data + off;
+    any_device = CopyEntry(e, dst, buf->mem.pinned.defined()) || any_device;
     buf->items.push_back(ItemFor(e, dst));
-    off += n;
-    bytes += n;
+    off += e.nbytes();
+    bytes += e.nbytes();
   }
   if (any_device) ::torch::cuda::synchronize();
   buf->bytes = bytes;
   return bytes;
 }
 
+// ---- overlapped snapshot ----------------------------------------------------------------------
+std::shared_ptr<SaveHandle> StagingPool::start_overlapped(StagingBuffer* buf, std::vector<Entry> entries, int64_t step,
+                                                          Submit submit, SnapshotResult* res) {
+  finish_overlap();
+  const uint64_t need = LayoutBytes(entries);
+  adopt_if_ready(buf);
+  // Not ready (still being prepared, or never): what must be copied now is cloned instead, and
+  // the copy thread waits for the memory.
+  const bool ready = buf->mem.capacity >= need;
+  const bool streams = ready && buf->mem.pinned.defined() && DeviceCopies::Available();
+  auto ov = std::make_unique<Overlap>();
+  ov->entries = std::move(entries);
+  ov->staged.assign(ov->entries.size(), 0);
+  uint64_t off = 0;
+  for (const auto& e : ov->entries) {
+    off = AlignUp(off, kIoAlignment);
+    ov->offsets.push_back(off);
+    off += e.nbytes();
+  }
+  const auto t0 = Clock::now();
+  bool any_sync_device = false;
+  // Pass 0: what the next forward pass may change; pass 1: until_update tensors on a device
+  // (CPU ones go to the copy thread).
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < ov->entries.size(); ++i) {
+      Entry& e = ov->entries[i];
+      const bool device = !e.is_blob && !e.tensor.device().is_cpu();
+      if (e.nbytes() == 0 || (!device && e.until_update && CpuContiguous(e.tensor))) continue;
+      if ((pass == 1) != (device && e.until_update)) continue;
+      if (!ready) {
+        if (!e.is_blob) e.tensor = device ? e.tensor.to(at::kCPU).contiguous() : e.tensor.clone(at::MemoryFormat::Contiguous);
+        continue;  // blobs and the clones are the snapshot's own: copied by the copy thread
+      }
+      uint8_t* dst = buf->mem.data + ov->offsets[i];
+      if (device && streams) ov->device.copy(e.tensor, dst);
+      else any_sync_device = CopyEntry(e, dst, buf->mem.pinned.defined()) || any_sync_device;
+      ov->staged[i] = 1;
+    }
+    if (pass == 0) ov->device.order_current_streams_after_queued();
+  }
+  ov->device.close();
+  if (any_sync_device) ::torch::cuda::synchronize();
+  res->stall_s = SecondsSince(t0);
+  res->entries = ov->entries.size();
+  res->bytes = 0;
+  for (const auto& e : ov->entries) res->bytes += e.nbytes();
+  res->overlapped = true;
+
+  ov->handle = std::make_shared<DeferredSaveHandle>(step, res->bytes);
+  buf->step = step;
+  buf->handle = ov->handle;
+  Overlap* raw = ov.get();
+  overlap_ = std::move(ov);
+  raw->thread = std::thread(copy_in_background, this, buf, raw, need, std::move(submit));
+  return raw->handle;
+}
+
+// The copy thread: memory (waiting for its preparation if needed), the CPU copies, the device
+// copies' completion, then the save.
+void StagingPool::copy_in_background(StagingPool* pool, StagingBuffer* buf, Overlap* ov, uint64_t need, Submit submit) {
+  Status st;
+  try {
+    (void)pool->ensure_capacity(buf, need);
+    for (size_t i = 0; i < ov->entries.size(); ++i) {
+      if (ov->staged[i]) continue;
+      const Entry& e = ov->entries[i];
+      const size_t n = e.nbytes();
+      if (n) std::memcpy(buf->mem.data + ov->offsets[i], e.is_blob ? e.blob.data() : e.tensor.data_ptr(), n);
+    }
+  } catch (const Error& e) {
+    st = e.status();
+  } catch (const std::exception& e) {
+    st = Status(StatusCode::kInternal, std::string("snapshot: background copy into staging: ") + e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lk(ov->mu);
+    ov->host_done = true;
+  }
+  ov->cv.notify_all();
+  if (!st.ok()) return ov->handle->failed(st.with_context("checkpoint step " + std::to_string(buf->step)));
+  try {
+    ov->device.synchronize();
+    buf->items.clear();
+    buf->bytes = 0;
+    for (size_t i = 0; i < ov->entries.size(); ++i) {
+      buf->items.push_back(ItemFor(ov->entries[i], buf->mem.data + ov->offsets[i]));
+      buf->bytes += ov->entries[i].nbytes();
+    }
+    if (ov->handle->cancelled()) return ov->handle->failed(Status(StatusCode::kAborted, "checkpoint cancelled"));
+    ov->handle->submitted(submit(*buf));
+  } catch (const std::exception& e) {
+    ov->handle->failed(Status(StatusCode::kInternal, std::string("checkpoint: submitting the save: ") + e.what()));
+  }
+}
+
+double StagingPool::fence() {
+  if (!overlap_ || overlap_->fenced) return 0;
+  auto t0 = Clock::now();
+  {
+    std::unique_lock<std::mutex> lk(overlap_->mu);
+    overlap_->cv.wait(lk, [&] { return overlap_->host_done; });
+  }
+  overlap_->device.fence();
+  overlap_->fenced = true;
+  return SecondsSince(t0);
+}
+
+void StagingPool::finish_overlap() {
+  if (!overlap_) return;
+  (void)fence();
+  overlap_->thread.join();
+  overlap_.reset();  // drops the references to live tensors on the training thread
+}
+
+// ---- in place --------------------------------------------------------------------------------
 SaveSlot* StagingPool::fill_in_place(std::vector<Entry> entries, Deadline deadline) {
   for (const auto& e : entries)
     if (!e.is_blob && e.nbytes() > 0 && !CpuContiguous(e.tensor)) return nullptr;
@@ -177,6 +339,7 @@ SaveSlot* StagingPool::take_staged() {
 }
 
 Status StagingPool::wait_all(Deadline deadline) {
+  (void)fence();
   Status first;
   auto wait = [&](SaveSlot& s) {
     if (!s.handle) return;
@@ -185,6 +348,7 @@ Status StagingPool::wait_all(Deadline deadline) {
   };
   for (auto& b : buffers_) wait(*b);
   if (in_place_) wait(*in_place_);
+  if (overlap_ && overlap_->handle->done()) finish_overlap();
   if (!first.ok() && first_error_.ok()) first_error_ = first;
   return first;
 }

@@ -10,8 +10,13 @@ class TrackedModule : public Tracked {
  public:
   TrackedModule(std::string name, ::torch::nn::Module& m) : Tracked(std::move(name)), m_(m) {}
 
+  // Parameters change only at the optimizer update; buffers (running statistics) change in the
+  // forward pass, so an overlapped snapshot copies them at once.
   void collect(std::vector<Entry>* out) override {
-    for (auto& [n, t] : tensors()) out->push_back(Entry::Tensor(entry(n), t.detach()));
+    for (const auto& kv : m_.named_parameters(/*recurse=*/true))
+      if (kv.value().defined()) out->push_back(Entry::Tensor(entry(kv.key()), kv.value().detach(), /*until_update=*/true));
+    for (const auto& kv : m_.named_buffers(/*recurse=*/true))
+      if (kv.value().defined()) out->push_back(Entry::Tensor(entry(kv.key()), kv.value().detach()));
   }
   void expect(std::vector<RestoreTarget>* out) override {
     for (auto& [n, t] : tensors()) ExpectTensor(out, entry(n), t);

@@ -78,7 +78,7 @@ class TrackedOptimizer : public Tracked {
         for (auto& [k, t] : refs.tensors) {
           if (!t->defined()) continue;
           pr.tensors.push_back(k);
-          out->push_back(Entry::Tensor(state_entry(i, k), t->detach()));
+          out->push_back(Entry::Tensor(state_entry(i, k), t->detach(), /*until_update=*/true));
         }
       }
       rec.params.push_back(std::move(pr));

@@ -97,6 +97,7 @@ std::vector<Entry> TrainingState::collect() const {
 }
 
 SnapshotResult TrainingState::snapshot(int64_t step, WhenBusy when_busy, Deadline deadline) {
+  (void)pool_->fence();
   SnapshotResult res;
   res.step = step;
   internal::StagingBuffer* buf = pool_->acquire(when_busy, deadline, &res.wait_s);
@@ -124,20 +125,56 @@ SnapshotResult TrainingState::snapshot(int64_t step, WhenBusy when_busy, Deadlin
   return res;
 }
 
-std::shared_ptr<SaveHandle> TrainingState::persist_async(Store& store) {
-  internal::SaveSlot* slot = pool_->take_staged();
-  if (!slot) Fail(StatusCode::kInvalidArgument, "persist_async: no snapshot is staged");
+SaveRequest TrainingState::request_for(int64_t step) const {
   SaveRequest req;
-  req.step = slot->step;
-  req.items = slot->items;  // points into the slot: valid until the handle is done
+  req.step = step;
   req.metadata = options_.metadata;
   req.metadata["preempt.torch.format"] = "1";
   std::string names;
   for (const auto& t : tracked_) names += (names.empty() ? "" : ",") + t->name();
   req.metadata["preempt.torch.tracked"] = names;
+  return req;
+}
+
+std::shared_ptr<SaveHandle> TrainingState::persist_async(Store& store) {
+  internal::SaveSlot* slot = pool_->take_staged();
+  if (!slot) Fail(StatusCode::kInvalidArgument, "persist_async: no snapshot is staged");
+  SaveRequest req = request_for(slot->step);
+  req.items = slot->items;  // points into the slot: valid until the handle is done
   slot->handle = store.save_async(std::move(req));
   return slot->handle;
 }
+
+CheckpointResult TrainingState::checkpoint_overlapped(Store& store, int64_t step, WhenBusy when_busy,
+                                                      Deadline deadline) {
+  (void)pool_->fence();
+  CheckpointResult res;
+  res.snapshot.step = step;
+  internal::StagingBuffer* buf = pool_->acquire(when_busy, deadline, &res.snapshot.wait_s);
+  if (!buf) {
+    res.snapshot.skipped = true;
+    skipped_++;
+    return res;
+  }
+  (void)pool_->take_staged();  // an older snapshot that was never persisted is superseded
+  std::vector<Entry> entries = collect();
+  auto submit = [&store, req = request_for(step)](const internal::SaveSlot& slot) {
+    SaveRequest r = req;
+    r.items = slot.items;  // points into the staging buffer: valid until the handle is done
+    return store.save_async(std::move(r));
+  };
+  try {
+    res.handle = pool_->start_overlapped(buf, std::move(entries), step, std::move(submit), &res.snapshot);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    Fail(StatusCode::kInternal, std::string("snapshot: copy into staging: ") + e.what());
+  }
+  snapshots_++;
+  return res;
+}
+
+double TrainingState::before_update() { return pool_->fence(); }
 
 CheckpointResult TrainingState::checkpoint_async(Store& store, int64_t step, WhenBusy when_busy, Deadline deadline) {
   CheckpointResult res;
@@ -147,6 +184,7 @@ CheckpointResult TrainingState::checkpoint_async(Store& store, int64_t step, Whe
 }
 
 CheckpointResult TrainingState::checkpoint_in_place(Store& store, int64_t step, Deadline deadline) {
+  (void)pool_->fence();
   // Saves already queued are written first by the store; nothing to wait for here.
   std::vector<Entry> entries = collect();
   const size_t count = entries.size();
@@ -168,10 +206,17 @@ CheckpointResult TrainingState::checkpoint_in_place(Store& store, int64_t step, 
 
 Status TrainingState::wait_all(Deadline deadline) { return pool_->wait_all(deadline); }
 
-void TrainingState::reserve() { pool_->reserve(internal::LayoutBytes(collect())); }
+void TrainingState::prepare_staging() { pool_->prepare(internal::LayoutBytes(collect())); }
+
+void TrainingState::reserve() {
+  const uint64_t need = internal::LayoutBytes(collect());
+  pool_->prepare(need);
+  pool_->reserve(need);
+}
 
 // ---- restore --------------------------------------------------------------------------------
 std::optional<int64_t> TrainingState::restore(Store& store, const RestoreOptions& opts, RestoreResult* result) {
+  (void)pool_->fence();  // no background copy may read what is about to be overwritten
   RestoreResult local;
   RestoreResult* r = result ? result : &local;
   if (!opts.step) {

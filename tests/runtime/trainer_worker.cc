@@ -31,6 +31,7 @@
 //                           --after-ms N sleeps after it was destroyed (writes .rank<R>.finished)
 //   --slow-commit-ms N      the store's rename of step-N.tmp to step-N takes N ms longer
 //   --every, --check-every, --pipelined 0|1, --staging-buffers, --hints   runtime options
+//   --fence 0|1             call rt.before_update() before the optimizer step (default 1)
 #include <unistd.h>
 
 #include <chrono>
@@ -54,7 +55,7 @@ struct Args {
   std::string rendezvous, dir, loss_log, hints;
   int64_t steps = 100, every = 0, check_every = 1;
   int sleep_ms = 0, sleep_before_ms = 0, extra_mib = 0, staging_buffers = 2, hidden = 64;
-  bool pipelined = false, early_handlers = false;
+  bool pipelined = false, early_handlers = false, fence = true;
   int stuck_rank = -1, slow_ms = 0;
   int64_t stuck_step = -1, slow_step = -1;
   int linger_ms = 0, startup_sleep_ms = 0, after_ms = 0, slow_commit_ms = 0;
@@ -84,6 +85,7 @@ Args Parse(int argc, char** argv) {
     else if (k == "--hidden") a.hidden = std::stoi(v);
     else if (k == "--staging-buffers") a.staging_buffers = std::stoi(v);
     else if (k == "--pipelined") a.pipelined = v == "1";
+    else if (k == "--fence") a.fence = v == "1";
     else if (k == "--stuck-rank") a.stuck_rank = std::stoi(v);
     else if (k == "--stuck-step") a.stuck_step = std::stoll(v);
     else if (k == "--slow-step") a.slow_step = std::stoll(v);
@@ -243,6 +245,7 @@ int Train(const Args& a) {
       if (!rt.wait_registered().ok()) break;  // a peer is gone and the grace is spent
       for (auto& p : model->parameters()) p.grad().div_(a.world);
     }
+    if (a.fence) rt.before_update();  // lets periodic checkpoints overlap with the next step
     optim.step();
     if (loss_log) {
       double l = loss.item<double>();

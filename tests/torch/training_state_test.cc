@@ -203,6 +203,92 @@ TEST(TrainingState, CheckpointInPlaceRoundTrips) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(BitEqual(got[i], want[i])) << i;
 }
 
+// An overlapped checkpoint holds exactly the state after its step: buffers changed by the next
+// forward pass (before the fence) and parameters and optimizer state changed right after the
+// fence are not in it. Staging cold (allocated by the copy thread) and prepared in the background.
+TEST(TrainingState, OverlappedCheckpointHoldsTheStateAfterItsStep) {
+  for (const bool prepared : {false, true}) {
+    SCOPED_TRACE(prepared ? "staging prepared" : "staging cold");
+    TempDir dir;
+    preempt::Store store(StoreAt(dir.path()));
+    torch::manual_seed(11);
+    Net net;
+    torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(1e-3));
+    auto big = torch::randn({4 << 20});  // 16 MiB: the background copy takes a while
+    torch::nn::Module extra;
+    extra.register_parameter("big", big, /*requires_grad=*/false);
+    TrainSteps(net, opt, 3);
+    pt::TrainingState a;
+    a.track("model", net);
+    a.track("optim", opt);
+    a.track("extra", extra);
+    if (prepared) a.reserve();
+    std::vector<at::Tensor> want = Snapshot(net, opt);
+    const at::Tensor big_want = big.clone();
+
+    pt::CheckpointResult c = a.checkpoint_overlapped(store, 3);
+    ASSERT_TRUE(c.handle);
+    EXPECT_TRUE(c.snapshot.overlapped);
+    EXPECT_EQ(c.snapshot.bytes, a.state_bytes());
+    {
+      // The next step's forward pass changes the batch-norm running statistics at once ...
+      torch::NoGradGuard no_grad;
+      for (auto& b : net->buffers()) b.add_(1);
+    }
+    a.before_update();  // ... the update comes only after the fence.
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : net->parameters()) p.add_(1000);
+      big.fill_(-1);
+    }
+    TrainSteps(net, opt, 1);
+    ASSERT_TRUE(c.handle->wait().ok()) << c.handle->status().to_string();
+    EXPECT_EQ(c.handle->step(), 3);
+
+    torch::manual_seed(12);
+    Net net2;
+    torch::optim::Adam opt2(net2->parameters(), torch::optim::AdamOptions(1e-3));
+    auto big2 = torch::zeros({4 << 20});
+    torch::nn::Module extra2;
+    extra2.register_parameter("big", big2, /*requires_grad=*/false);
+    pt::TrainingState b;
+    b.track("model", net2);
+    b.track("optim", opt2);
+    b.track("extra", extra2);
+    ASSERT_EQ(*b.restore(store), 3);
+    std::vector<at::Tensor> got = Snapshot(net2, opt2);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(BitEqual(got[i], want[i])) << i;
+    EXPECT_TRUE(BitEqual(big2, big_want));
+    // Adam's moments are those after step 3, not after the step taken since.
+    auto p2 = net2->parameters();
+    for (size_t i = 0; i < p2.size(); ++i) {
+      auto& s2 = static_cast<torch::optim::AdamParamState&>(
+          *opt2.state().at(c10::guts::to_string(p2[i].unsafeGetTensorImpl())));
+      EXPECT_EQ(s2.step(), 3);
+    }
+    ASSERT_TRUE(a.wait_all().ok());
+  }
+}
+
+// Staging prepared in the background is adopted by the snapshot; the copy then takes no
+// allocation of its own.
+TEST(TrainingState, PreparedStagingIsAdopted) {
+  TempDir dir;
+  preempt::Store store(StoreAt(dir.path()));
+  auto w = torch::ones({1 << 20});
+  torch::nn::Module m;
+  m.register_buffer("w", w);
+  pt::TrainingState s(OneBufferNoRng());
+  s.track("m", m);
+  s.prepare_staging();  // returns at once
+  s.reserve();          // waits for it
+  EXPECT_GE(s.stats().staging_bytes, s.state_bytes());
+  pt::SnapshotResult r = s.snapshot(1);
+  EXPECT_EQ(r.alloc_s, 0);
+  ASSERT_TRUE(s.persist_async(store)->wait().ok());
+}
+
 TEST(TrainingState, ShapeMismatchNamesTheTensor) {
   TempDir dir;
   preempt::Store store(StoreAt(dir.path()));

@@ -5,6 +5,7 @@
 // is a subclass of Tracked; TrainingState only calls this interface:
 //   collect(out)  at snapshot: appends the object's entries as they are now. Tensor entries
 //                 reference live memory (the snapshot copies them); blob entries are bytes made now.
+//                 Mark a tensor until_update only when nothing but the optimizer update writes it.
 //   expect(out)   before a restore: every entry the object wants back, as a RestoreTarget made by
 //                 ExpectTensor (a live CPU-contiguous tensor the store writes into directly, or
 //                 owned memory for the others) or ExpectOwned (bytes the object parses). The store
@@ -42,14 +43,23 @@
 namespace preempt::torch {
 
 // One entry of a snapshot: a tensor (copied from live memory) or a blob (kBytes).
+//
+// `until_update` marks a tensor that only the optimizer update changes (parameters, optimizer
+// state): an overlapped snapshot may still be copying it while the next step's forward and
+// backward run, until the trainer's fence (TrainingState::before_update). Tensors without it
+// (module buffers such as running statistics, which the forward pass changes, and every other
+// kind) are copied before the snapshot call returns.
 struct Entry {
   std::string name;
   at::Tensor tensor;
   std::string blob;
   bool is_blob = false;
+  bool until_update = false;
 
-  static Entry Tensor(std::string name, at::Tensor tensor) { return {std::move(name), std::move(tensor), {}, false}; }
-  static Entry Blob(std::string name, std::string bytes) { return {std::move(name), {}, std::move(bytes), true}; }
+  static Entry Tensor(std::string name, at::Tensor tensor, bool until_update = false) {
+    return {std::move(name), std::move(tensor), {}, false, until_update};
+  }
+  static Entry Blob(std::string name, std::string bytes) { return {std::move(name), {}, std::move(bytes), true, false}; }
   size_t nbytes() const { return is_blob ? blob.size() : tensor.numel() * tensor.element_size(); }
 };
 

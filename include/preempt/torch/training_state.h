@@ -27,12 +27,24 @@
 //   rng:cpu, rng:cuda.<d>                   default generators' states (when capture_rng)
 // More kinds: subclass Tracked (preempt/torch/tracked.h) and pass it to track(unique_ptr).
 //
-// Snapshot policy. Staging memory (pre-faulted; pinned when CUDA is available) is allocated the
-// first time a layout needs it (or by reserve()) and then reused; with `staging_buffers = 2` a
-// snapshot can be taken while the previous one is still being persisted. When every buffer
+// Snapshot policy. Staging memory (pre-faulted, huge pages where the kernel gives them; pinned
+// when CUDA is available) is prepared on a background thread by prepare_staging() (reserve()
+// waits for it), or allocated by the first snapshot that finds none, and then reused; with
+// `staging_buffers = 2` a snapshot can be taken while the previous one is still being persisted. When every buffer
 // belongs to a save that is still running, WhenBusy decides: kSkip takes no snapshot this time
 // (result.skipped, counted in stats().skipped); kWait blocks until the oldest save finishes
 // (bounded by the deadline). Extra memory is therefore bounded by staging_buffers × state bytes.
+//
+// Overlapped checkpoints. checkpoint_overlapped() copies at once only what the next forward
+// pass may change (buffers, blobs); parameters and optimizer state (Entry::until_update) are
+// copied by a background thread (CPU) or on a CUDA stream of their own (device tensors) while
+// the next step's forward and backward run. The trainer calls before_update() right before the
+// optimizer update (and before any other in-place change of tracked parameters or optimizer
+// state): it returns once those copies no longer read the live tensors, so the checkpoint holds
+// exactly the state after the step it is named for. For CUDA tensors the wait is placed on the
+// current stream (the update's kernels wait; the host does not). The save is submitted to the
+// store when the copy is complete. Every other call of this class that reads or writes tracked
+// state (snapshot, checkpoint_*, restore, wait_all) fences first.
 //
 // Errors. The torch layer reports failure by throwing preempt::Error (LibTorch reports its own by
 // exception and these calls return values): track(), snapshot(), persist_async(), checkpoint_*(),
@@ -43,6 +55,8 @@
 //
 // Thread-safety: a TrainingState is used by the training thread only (tracked objects are read
 // during snapshot() and written during restore()). SaveHandles it returns may be used anywhere.
+// Its own background threads prepare staging memory and run the overlapped copies; they read
+// tracked tensors only between checkpoint_overlapped() and the next before_update().
 #pragma once
 
 #include <cstdint>
@@ -96,7 +110,9 @@ struct SnapshotResult {
   size_t entries = 0;
   double stall_s = 0;      // copy into staging: the training stall (in place: collecting entries)
   double wait_s = 0;       // waiting for a free staging buffer (kWait)
-  double alloc_s = 0;      // staging (re)allocation (0 once warm)
+  double alloc_s = 0;      // staging (re)allocation or waiting for its preparation (0 once warm)
+  bool overlapped = false; // checkpoint_overlapped: stall_s is the part copied before it returned;
+                           // the rest is copied until before_update()
 };
 
 // A snapshot and the save that persists it (handle is null when the snapshot was skipped).
@@ -175,10 +191,24 @@ class TrainingState {
   // staging (the stall) is skipped. Falls back to checkpoint_async(kWait) when any entry is on a
   // device or not contiguous. Waits (until `deadline`) for the previous in-place save.
   CheckpointResult checkpoint_in_place(Store& store, int64_t step, Deadline deadline = Deadline::Never());
+  // The overlapped checkpoint (see "Overlapped checkpoints" above): returns after copying what
+  // the next forward pass may change; the handle reports the save, which is submitted once the
+  // background copy is complete. With every staging buffer busy, as checkpoint_async. Staging
+  // that is still being prepared is waited for by the background copy (and so by
+  // before_update()), not here.
+  CheckpointResult checkpoint_overlapped(Store& store, int64_t step, WhenBusy when_busy = WhenBusy::kWait,
+                                         Deadline deadline = Deadline::Never());
+  // The fence before the optimizer update: waits until the overlapped checkpoint in flight no
+  // longer reads live parameters and optimizer state. Returns the seconds waited (0 when nothing
+  // was in flight). Never throws: a failed copy is reported on the checkpoint's handle.
+  double before_update();
   // Waits for every save started by this object; returns the first error.
   Status wait_all(Deadline deadline = Deadline::Never());
-  // Allocates (and pre-faults) staging for the current layout now, so that the first snapshot
-  // does not pay for it. Optimizer state appears after the first optimizer step.
+  // Starts allocating and pre-faulting staging for the current layout on a background thread
+  // and returns at once; snapshots adopt the memory when it is ready. Call it once the layout is
+  // complete (optimizer state appears after the first optimizer step).
+  void prepare_staging();
+  // prepare_staging(), then waits until the staging memory is ready.
   void reserve();
 
   // ---- restore ------------------------------------------------------------------------------
@@ -203,6 +233,7 @@ class TrainingState {
 
  private:
   std::vector<Entry> collect() const;
+  SaveRequest request_for(int64_t step) const;  // the request's metadata; items left empty
 
   TrainingStateOptions options_;
   std::vector<std::unique_ptr<Tracked>> tracked_;  // ordered by Tracked::stage(), then registration
