@@ -24,6 +24,7 @@ import torch
 
 from . import _C
 from ._flatten import Flattener, decode, dtype_name, skeleton_tensor_names, torch_dtype
+from ._kinds import adapt
 from ._rng import RngState
 
 FORMAT_VERSION = "1"
@@ -41,19 +42,27 @@ def _unwrap(obj):
 
 
 class Tracked:
-    """One named object with state_dict()/load_state_dict()."""
+    """One named object with state_dict()/load_state_dict(). Optimizers and LR schedulers the C++
+    layer knows go through an adapter (_kinds) that stores them in the C++ layout."""
 
-    def __init__(self, name, obj, *, raw_bytes=False, optional_entries=False):
+    def __init__(self, name, obj, *, raw_bytes=False, optional_entries=False, stage=0):
         self.name = name
         self.obj = _unwrap(obj)
         self.is_module = isinstance(self.obj, torch.nn.Module)
         self.raw_bytes = raw_bytes              # uint8 tensors stored as dtype "bytes" (RNG)
         self.optional_entries = optional_entries
+        self.adapter = None if raw_bytes else adapt(name, self.obj)
+        self.target = self.adapter or self.obj  # whose state_dict()/load_state_dict() are used
+        self.stage = self.adapter.stage if self.adapter else stage  # restore order
+        self.byte_names = self.adapter.byte_entries() if self.adapter else frozenset()
 
     def flatten(self):
         f = Flattener(self.name)
-        skeleton = f.encode(self.obj.state_dict())
+        skeleton = f.encode(self.target.state_dict())
         return skeleton, f.tensors
+
+    def is_bytes(self, entry, tensor):
+        return entry in self.byte_names or (self.raw_bytes and tensor.dtype == torch.uint8 and tensor.dim() == 1)
 
     def load(self, value, all_in_place):
         if self.is_module and all_in_place:
@@ -62,7 +71,9 @@ class Tracked:
             if self.is_module:
                 self.obj.load_state_dict(value, strict=True)
             else:
-                self.obj.load_state_dict(value)
+                self.target.load_state_dict(value)
+        except _C.Error:
+            raise
         except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as e:
             raise _C.MismatchError(f"restore: '{self.name}'.load_state_dict refused the checkpoint: {e}") from e
 
@@ -138,7 +149,7 @@ class TrainingState:
         self._in_place = []  # handles of in-place saves (they reference live tensors)
         self._reserving = None  # (thread, {staging index: memory}, nbytes)
         if track_rng:
-            self.tracked.append(Tracked("rng", RngState(), raw_bytes=True, optional_entries=True))
+            self.tracked.append(Tracked("rng", RngState(), raw_bytes=True, optional_entries=True, stage=2))
 
     # ---- tracking -----------------------------------------------------------------------------
     def track(self, name, obj):
@@ -168,8 +179,7 @@ class TrainingState:
             skeleton, tensors = t.flatten()
             meta[_STATE_KEY + t.name] = json.dumps(skeleton, separators=(",", ":"), allow_nan=False)
             for name, tensor in tensors.items():
-                as_bytes = t.raw_bytes and tensor.dtype == torch.uint8 and tensor.dim() == 1
-                pieces.append(Piece(name, tensor, as_bytes))
+                pieces.append(Piece(name, tensor, t.is_bytes(name, tensor)))
         return pieces, meta
 
     def _free_staging(self, wait):
@@ -298,7 +308,7 @@ class TrainingState:
         targets, direct = [], set()
         for t, _, tensors in current:
             for name, tensor in tensors.items():
-                if not t.raw_bytes and _direct(tensor):
+                if not t.is_bytes(name, tensor) and _direct(tensor):
                     targets.append((name, dtype_name(tensor.dtype, name), list(tensor.shape),
                                     tensor.data_ptr(), tensor.numel() * tensor.element_size()))
                     direct.add(name)
@@ -315,6 +325,8 @@ class TrainingState:
                 except ValueError as e:
                     raise _C.CorruptionError(f"restore: metadata '{_STATE_KEY + t.name}' in {r['path']} "
                                              f"is not JSON: {e}") from None
+            elif t.adapter is not None:  # a checkpoint of the C++ trainer: its meta entry says what is there
+                skel = t.adapter.skeleton_for(lambda name: _owned_bytes(r, infos, name))
             else:
                 skel = cur_skel  # a checkpoint of the C++ trainer: names only
             needed = skeleton_tensor_names(skel, [])
@@ -335,6 +347,7 @@ class TrainingState:
             raise _C.MismatchError(f"restore: checkpoint {r['path']} entry '{extra[0]}' is not tracked"
                                    + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else "")
                                    + " (use strict=False to ignore it)")
+        plans.sort(key=lambda plan: plan[0].stage)  # optimizers before the schedulers that check them
         for t, skel, cur_tensors in plans:
             in_place = [True]
 
@@ -366,6 +379,13 @@ def _drop_entries(skel, names):
         return {"d": [kv for kv in skel["d"]
                       if not (isinstance(kv[1], dict) and kv[1].get("T") in names)]}
     return skel
+
+
+def _owned_bytes(r, infos, name):
+    if name not in infos or name not in r["owned"]:
+        raise _C.NotFoundError(f"restore: checkpoint {r['path']} has no entry '{name}'")
+    buf = r["owned"][name]
+    return bytes(memoryview(buf)) if infos[name]["nbytes"] else b""
 
 
 def _owned_tensor(r, info, kind):

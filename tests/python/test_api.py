@@ -84,6 +84,46 @@ def test_save_load_roundtrip_every_kind(tmp_path):
     assert e["dt"] is torch.bfloat16
 
 
+
+@pytest.mark.parametrize("make_optim", [
+    lambda ps: torch.optim.Adam(ps, lr=1e-2, amsgrad=True),
+    lambda ps: torch.optim.AdamW(ps, lr=1e-2, betas=(0.8, 0.9)),
+    lambda ps: torch.optim.SGD(ps, lr=0.1),                      # no momentum: a None buffer per parameter
+    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
+    lambda ps: torch.optim.RMSprop(ps, lr=1e-2, momentum=0.5, centered=True),
+    lambda ps: torch.optim.Adagrad(ps, lr=0.1),
+], ids=["adam-amsgrad", "adamw", "sgd", "sgd-nesterov", "rmsprop", "adagrad"])
+def test_optimizer_kinds_resume_exactly_in_the_shared_layout(tmp_path, make_optim):
+    model = make_model()
+    optim = make_optim([{"params": list(model.parameters())[:2]}, {"params": list(model.parameters())[2:], "lr": 0.05}])
+    train(model, optim, steps=3)
+    preempt.save({"model": model, "optim": optim}, tmp_path, step=3)
+    names = {t["name"] for t in _C.Store(str(tmp_path)).restore([], strict=False)["tensors"]}
+    assert "optim:meta" in names and all(n.startswith(("model:", "optim:meta", "optim:state.")) for n in names)
+
+    model2 = make_model()
+    optim2 = make_optim([{"params": list(model2.parameters())[:2]}, {"params": list(model2.parameters())[2:], "lr": 1.0}])
+    assert preempt.load({"model": model2, "optim": optim2}, tmp_path) == 3
+    s1, s2 = optim.state_dict(), optim2.state_dict()
+    assert s1["param_groups"] == s2["param_groups"]
+    assert s1["state"].keys() == s2["state"].keys()
+    for i, st in s1["state"].items():
+        assert st.keys() == s2["state"][i].keys()
+        for k, v in st.items():
+            w = s2["state"][i][k]
+            assert type(v) is type(w), (i, k)
+            if isinstance(v, torch.Tensor):
+                assert v.dtype == w.dtype and v.shape == w.shape and torch.equal(v, w), (i, k)
+            else:
+                assert v == w, (i, k)
+    torch.manual_seed(5)
+    train(model, optim, steps=2)
+    torch.manual_seed(5)
+    train(model2, optim2, steps=2)
+    for a, b in zip(model.state_dict().values(), model2.state_dict().values()):
+        assert torch.equal(a, b)
+
+
 def test_unstorable_value_is_refused_naming_its_path(tmp_path):
     with pytest.raises(preempt.InvalidArgumentError, match=r"'cfg:opts.fn'.*without pickle"):
         preempt.save({"cfg": {"opts": {"fn": lambda: 1}}}, tmp_path)
