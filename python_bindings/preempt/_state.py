@@ -24,6 +24,7 @@ import torch
 
 from . import _C
 from ._flatten import Flattener, decode, dtype_name, skeleton_tensor_names, torch_dtype
+from ._fence import OptimizerFence
 from ._kinds import adapt
 from ._rng import RngState
 
@@ -79,10 +80,10 @@ class Tracked:
 
 
 class Piece:
-    __slots__ = ("name", "tensor", "as_bytes")
+    __slots__ = ("name", "tensor", "as_bytes", "track")
 
-    def __init__(self, name, tensor, as_bytes):
-        self.name, self.tensor, self.as_bytes = name, tensor, as_bytes
+    def __init__(self, name, tensor, as_bytes, track):
+        self.name, self.tensor, self.as_bytes, self.track = name, tensor, as_bytes, track
 
     @property
     def nbytes(self):
@@ -145,9 +146,11 @@ class TrainingState:
         self.staging = [Staging() for _ in range(staging_buffers)]
         self.metadata = {str(k): str(v) for k, v in (metadata or {}).items()}
         self.first_error = None
-        self.stats = {"snapshots": 0, "skipped": 0, "last_stall_s": 0.0, "last_bytes": 0, "last_alloc_s": 0.0}
+        self.stats = {"snapshots": 0, "skipped": 0, "last_stall_s": 0.0, "last_bytes": 0, "last_alloc_s": 0.0,
+                      "last_overlapped_bytes": 0}
         self._in_place = []  # handles of in-place saves (they reference live tensors)
         self._reserving = None  # (thread, {staging index: memory}, nbytes)
+        self.fence = OptimizerFence()
         if track_rng:
             self.tracked.append(Tracked("rng", RngState(), raw_bytes=True, optional_entries=True, stage=2))
 
@@ -179,7 +182,7 @@ class TrainingState:
             skeleton, tensors = t.flatten()
             meta[_STATE_KEY + t.name] = json.dumps(skeleton, separators=(",", ":"), allow_nan=False)
             for name, tensor in tensors.items():
-                pieces.append(Piece(name, tensor, t.is_bytes(name, tensor)))
+                pieces.append(Piece(name, tensor, t.is_bytes(name, tensor), t))
         return pieces, meta
 
     def _free_staging(self, wait):
@@ -236,8 +239,24 @@ class TrainingState:
             if s.capacity < need and not s.busy():
                 s.adopt(memory, need)
 
-    def snapshot(self, step, *, wait_for_staging):
-        """Copies the state into staging. Returns (staging, items, metadata) or None when skipped."""
+    def _overlappable(self, pieces):
+        """Indices of the pieces whose copy may overlap the next step: CPU-contiguous tensors that
+        only a fenced optimizer's step() changes (its parameters and its state)."""
+        if not self.fence.optimizers:
+            return set()
+        params = self.fence.params()
+        out = set()
+        for i, p in enumerate(pieces):
+            if p.as_bytes or not _direct(p.tensor):
+                continue
+            if self.fence.fences(p.track.obj) or (p.track.is_module and p.tensor.data_ptr() in params):
+                out.add(i)
+        return out
+
+    def snapshot(self, step, *, wait_for_staging, overlap=False):
+        """Copies the state into staging. Returns (staging, items, metadata, copies, sources), or
+        None when skipped; `copies` (source address, staging address, nbytes) are left for the
+        native background copy (only with `overlap`, see _fence)."""
         self._adopt_reserved()
         s = self._free_staging(wait_for_staging)
         if s is None:
@@ -250,12 +269,16 @@ class TrainingState:
             offsets.append(off)
             off += p.nbytes
         self.stats["last_alloc_s"] = s.ensure(max(off, 1))
+        later = self._overlappable(pieces) if overlap else set()
         t0 = time.perf_counter()
-        items, any_cuda = [], False
+        items, any_cuda, copies, sources = [], False, [], []
         with torch.no_grad():
-            for p, o in zip(pieces, offsets):
+            for i, (p, o) in enumerate(zip(pieces, offsets)):
                 n = p.nbytes
-                if n:
+                if n and i in later:
+                    copies.append((p.tensor.data_ptr(), s.address + o, n))
+                    sources.append(p.tensor)
+                elif n:
                     dst = s.view[o:o + n]
                     src = p.tensor
                     if src.device.type != "cpu":
@@ -270,16 +293,23 @@ class TrainingState:
         self.stats["snapshots"] += 1
         self.stats["last_stall_s"] = time.perf_counter() - t0
         self.stats["last_bytes"] = off
-        return s, items, meta
+        self.stats["last_overlapped_bytes"] = sum(c[2] for c in copies)
+        return s, items, meta, copies, sources
 
-    def checkpoint(self, store, step, *, wait_for_staging):
+    def checkpoint(self, store, step, *, wait_for_staging, overlap=False):
         """Snapshot + persist in the background; the handle, or None when skipped."""
-        staged = self.snapshot(step, wait_for_staging=wait_for_staging)
+        staged = self.snapshot(step, wait_for_staging=wait_for_staging, overlap=overlap)
         if staged is None:
             return None
-        s, items, meta = staged
-        s.handle = SaveHandle(store.save_async(step, items, meta, keepalive=s.memory), staged=True)
+        s, items, meta, copies, sources = staged
+        if copies:
+            native = store.save_staged(step, copies, items, meta, keepalive=(s.memory, sources))
+        else:
+            native = store.save_async(step, items, meta, keepalive=s.memory)
+        s.handle = SaveHandle(native)
         s.handle.stall_s = self.stats["last_stall_s"]
+        if copies:
+            self.fence.pending.append(s.handle)
         return s.handle
 
     def checkpoint_in_place(self, store, step):
@@ -291,7 +321,7 @@ class TrainingState:
         t0 = time.perf_counter()
         items = [p.item(p.tensor.data_ptr() if p.nbytes else 0) for p in pieces]
         keep = [p.tensor for p in pieces]
-        h = SaveHandle(store.save_async(step, items, meta, keepalive=keep), staged=True)
+        h = SaveHandle(store.save_async(step, items, meta, keepalive=keep))
         self._in_place.append(h)
         self.stats["snapshots"] += 1
         self.stats["last_stall_s"] = time.perf_counter() - t0
@@ -405,10 +435,17 @@ class SaveHandle:
     `committed` (durable on every rank). `wait(timeout_s)` returns True once committed, False when
     the timeout passed first, and raises the save's first error."""
 
-    def __init__(self, native, staged):
+    def __init__(self, native):
         self._native = native
-        self.staged = staged
-        self.stall_s = 0.0  # the copy into staging that preceded this save
+        self.stall_s = 0.0  # the copy into staging before step_end / save_async returned
+
+    @property
+    def staged(self):
+        """True once every tensor is in staging: from then on training may change the state."""
+        return self._native.staged()
+
+    def wait_staged(self, timeout_s=None):
+        return self._native.wait_staged(timeout_s)
 
     @property
     def step(self):

@@ -124,6 +124,35 @@ def test_optimizer_kinds_resume_exactly_in_the_shared_layout(tmp_path, make_opti
         assert torch.equal(a, b)
 
 
+
+def test_overlapped_copy_is_fenced_before_the_optimizer_changes_the_state(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.BatchNorm1d(512))
+    optim = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    rt = preempt.Runtime(tmp_path, every_steps=2, install_signal_handlers=False, track_rng=False)
+    rt.track("model", model)
+    rt.track("optim", optim)
+    assert rt.restore() == 0
+    want = None
+    for step in range(4):
+        optim.zero_grad()
+        model(torch.randn(8, 512)).pow(2).mean().backward()  # forward also moves BatchNorm's buffers
+        optim.step()  # waits for the copy of step 2's snapshot before changing anything
+        if rt.step_end(step) == preempt.CHECKPOINT and step == 1:
+            want = ({k: v.clone() for k, v in model.state_dict().items()},
+                    [optim.state[p]["momentum_buffer"].clone() for p in model.parameters()])
+            # parameters and momentum buffers: 2 * (512 * 512 + 512 + 2 * 512) floats
+            assert rt.state.stats["last_overlapped_bytes"] == 2 * 4 * (512 * 512 + 3 * 512)
+    rt.close()
+    assert "step" not in optim.__dict__  # the fence is gone with the runtime
+    model2 = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.BatchNorm1d(512))
+    optim2 = torch.optim.SGD(model2.parameters(), lr=0.5, momentum=0.9)
+    assert preempt.load({"model": model2, "optim": optim2}, tmp_path, step=2) == 2
+    for k, v in want[0].items():
+        assert torch.equal(model2.state_dict()[k], v), k
+    for p, buf in zip(model2.parameters(), want[1]):
+        assert torch.equal(optim2.state[p]["momentum_buffer"], buf)
+
+
 def test_unstorable_value_is_refused_naming_its_path(tmp_path):
     with pytest.raises(preempt.InvalidArgumentError, match=r"'cfg:opts.fn'.*without pickle"):
         preempt.save({"cfg": {"opts": {"fn": lambda: 1}}}, tmp_path)
