@@ -16,6 +16,7 @@ Each adapter offers state_dict()/load_state_dict() over a *wire* dict whose tens
 entry names above, plus skeleton_for(read_meta) for checkpoints that have no JSON part.
 """
 
+import collections
 import math
 
 import torch
@@ -24,11 +25,11 @@ from . import _C
 
 
 def _value(key):
-    return (lambda g: g[key]), (lambda g, v: g.__setitem__(key, v))
+    return key, (lambda g: g[key]), (lambda g, v: g.__setitem__(key, v))
 
 
 def _flag(key):
-    return (lambda g: 1.0 if g[key] else 0.0), (lambda g, v: g.__setitem__(key, v != 0))
+    return key, (lambda g: 1.0 if g[key] else 0.0), (lambda g, v: g.__setitem__(key, v != 0))
 
 
 def _beta(i):
@@ -36,15 +37,16 @@ def _beta(i):
         betas = list(g["betas"])
         betas[i] = v
         g["betas"] = tuple(betas)
-    return (lambda g: g["betas"][i]), put
+    return "betas", (lambda g: g["betas"][i]), put
 
 
-# Python group keys each meta option covers (these are not repeated in "extra").
+# Each meta option: (name in "<optim>:meta", (Python group key, read, write)).
 _ADAM = ([("lr", _value("lr")), ("beta1", _beta(0)), ("beta2", _beta(1)), ("eps", _value("eps")),
           ("weight_decay", _value("weight_decay")), ("amsgrad", _flag("amsgrad"))],
          ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"), float)
 
 # (class, kind name, options, state tensor keys, type of a plain-number step (None: no step)).
+# AdamW before Adam: newer torch derives AdamW from Adam.
 _OPTIMIZERS = [
     (torch.optim.AdamW, "adamw", *_ADAM),
     (torch.optim.Adam, "adam", *_ADAM),
@@ -61,8 +63,6 @@ _OPTIMIZERS = [
       ("initial_accumulator_value", _value("initial_accumulator_value")), ("eps", _value("eps"))],
      ("sum",), float),
 ]
-_COVERED = {"lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening", "nesterov", "alpha",
-            "centered", "lr_decay", "initial_accumulator_value", "params"}
 
 
 def _bytes_tensor(data):
@@ -86,7 +86,8 @@ def adapt(name, obj):
         return None
     base = getattr(torch.optim.lr_scheduler, "LRScheduler", torch.optim.lr_scheduler._LRScheduler)
     plateau = torch.optim.lr_scheduler.ReduceLROnPlateau
-    if isinstance(obj, (base, torch.optim.lr_scheduler._LRScheduler)) and not isinstance(obj, plateau):
+    if (isinstance(obj, (base, torch.optim.lr_scheduler._LRScheduler)) and not isinstance(obj, plateau)
+            and hasattr(obj, "optimizer") and hasattr(obj, "last_epoch")):
         return SchedulerAdapter(name, obj)
     return None
 
@@ -98,6 +99,7 @@ class OptimizerAdapter:
         self.name, self.obj, self.kind = name, opt, kind
         self.options, self.keys, self.step_type = options, keys, step_type
         self.meta_entry = name + ":meta"
+        self.covered = {pykey for _, (pykey, _, _) in options} | {"params"}  # not repeated in "extra"
 
     def byte_entries(self):
         return {self.meta_entry}
@@ -106,9 +108,9 @@ class OptimizerAdapter:
         sd = self.obj.state_dict()
         groups, extra_groups = [], []
         for g in sd["param_groups"]:
-            groups.append(([k for k, _ in self.options], [float(_num(get(g))) for _, (get, _) in self.options],
+            groups.append(([k for k, _ in self.options], [_num(get(g)) for _, (_, get, _) in self.options],
                            len(g["params"])))
-            extra_groups.append({k: v for k, v in g.items() if k not in _COVERED})
+            extra_groups.append({k: v for k, v in g.items() if k not in self.covered})
         order = [i for g in sd["param_groups"] for i in g["params"]]
         params, state, extra_state, step_form = [], {}, {}, None
         for n, i in enumerate(order):
@@ -171,7 +173,7 @@ class OptimizerAdapter:
             if extra.get("groups"):
                 ng.update(extra["groups"][gi])
             saved = dict(zip(keys, values))
-            for key, (_, put) in self.options:
+            for key, (_, _, put) in self.options:
                 if key in saved:
                     put(ng, saved[key])
             ng["params"] = g["params"]
@@ -199,14 +201,9 @@ class OptimizerAdapter:
             state[p] = st
         # What Optimizer.load_state_dict ends with, without its deep copy of every state tensor
         # (the tensors here are fresh: read by the store, or the live ones restored in place).
-        self.obj.__setstate__({"state": _defaultdict(state), "param_groups": groups})
-
-
-def _defaultdict(d):
-    from collections import defaultdict
-    out = defaultdict(dict)
-    out.update(d)
-    return out
+        by_param = collections.defaultdict(dict)
+        by_param.update(state)
+        self.obj.__setstate__({"state": by_param, "param_groups": groups})
 
 
 def _live_step_form(live):

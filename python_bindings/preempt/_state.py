@@ -1,14 +1,16 @@
 """Tracked objects -> checkpoint entries, staging snapshots, and in-place restore.
 
 `TrainingState` is the Python counterpart of the C++ `preempt::torch::TrainingState`: it asks every
-tracked object for its `state_dict()`, copies the tensors into pre-faulted staging memory (the only
-part that stalls training), hands the staged bytes to the C++ store, and on restore reads each
-tensor straight into the live tensor when that tensor is CPU-contiguous, then calls
-`load_state_dict()` where the object needs it.
+tracked object for its `state_dict()`, copies the tensors into pre-faulted staging memory (the
+tensors only a fenced optimizer step changes may be copied by a native thread during the next
+step, see _fence), hands the staged bytes to the C++ store, and on restore reads each tensor
+straight into the live tensor when that tensor is CPU-contiguous, then calls `load_state_dict()`
+where the object needs it.
 
 Checkpoint layout (shared with the C++ layer):
-  entry "<track>:<dotted.key>"            one tensor of a state dict (model:fc1.weight,
-                                          optim:state.0.exp_avg, ...)
+  entry "<track>:<dotted.key>"            one tensor of a state dict (model:fc1.weight, ...)
+  entries "<optim>:meta", "<optim>:state.<i>.<key>", "<sched>:state"
+                                          optimizers and LR schedulers the C++ layer knows (_kinds)
   entry "rng:cpu", "rng:cuda.<d>"         torch generator states, dtype bytes
   metadata "preempt.py.state:<track>"     JSON skeleton of that state dict (see _flatten)
   metadata "preempt.py.format" = "1", "preempt.py.tracked" = "<track>,<track>,..."
