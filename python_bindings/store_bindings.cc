@@ -13,6 +13,7 @@
 #include "bindings.h"
 #include "preempt/store.h"
 #include "staged_save.h"
+#include "store/root_entries.h"
 
 namespace preempt::python {
 namespace {

@@ -206,9 +206,5 @@ class Store {
 
 // "step-00001200"
 std::string StepDirName(int64_t step);
-// True for a name the store itself keeps in a checkpoint root (step directories in any state,
-// LATEST and its temporaries, the writers' locks): anything else means the directory holds
-// something other than checkpoints.
-bool IsStoreRootEntry(const std::string& name);
 
 }  // namespace preempt

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "store/checkpoint_check.h"
+#include "store/root_entries.h"
 #include "store/store_impl.h"
 
 namespace preempt {
