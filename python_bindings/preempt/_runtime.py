@@ -359,7 +359,8 @@ class Runtime:
             return self._exit_preempted if self.stats["stop_committed"] else self._exit_failed
         try:
             self.wait()
-        except _C.Error:
+        except _C.Error as e:
+            print(f"[preempt] rank {self.rank}: a checkpoint failed: {e}", file=sys.stderr)
             return self._exit_failed
         return 0
 

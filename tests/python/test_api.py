@@ -4,6 +4,7 @@ import math
 import os
 import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -203,6 +204,27 @@ def test_gil_is_released_while_a_save_waits_for_other_ranks(tmp_path):
     th.join()
     assert progressed == ["running", "rank 1 durable"]
     assert os.path.isdir(os.path.join(root, "step-00000001"))
+
+
+
+def test_rank0_commits_only_complete_manifests_of_the_other_ranks(tmp_path):
+    # A rank's manifest file exists from the moment it is created, before its bytes are written;
+    # rank 0 must not commit (and checksum) it in that state.
+    root = str(tmp_path)
+    r0 = _C.Store(root, rank=0, world_size=2, commit_timeout_s=60)
+    r1 = _C.Store(root, rank=1, world_size=2, commit_timeout_s=60)
+    a, b = torch.ones(1000), torch.full((1000,), 2.0)
+    h0 = r0.save_async(1, [("x:a", "float32", [1000], a.data_ptr(), 4000)], {}, keepalive=a)
+    tmp = os.path.join(root, "step-00000001.tmp")
+    for _ in range(6000):
+        if os.path.isdir(tmp):
+            break
+        time.sleep(0.01)
+    open(os.path.join(tmp, "rank-00001.manifest"), "w").close()  # created, not yet written
+    assert h0.wait(0.3) is False  # still waiting for rank 1
+    h1 = r1.save_async(1, [("x:a", "float32", [1000], b.data_ptr(), 4000)], {}, keepalive=b)
+    assert h1.wait(60) is True and h0.wait(60) is True
+    assert preempt.verify(os.path.join(root, "step-00000001"))["ok"]
 
 
 def test_stop_signal_is_recorded_while_the_main_thread_is_in_native_code(tmp_path):
