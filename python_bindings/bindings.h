@@ -31,5 +31,6 @@ DType ParseDType(const std::string& name, const std::string& what);
 void BindStore(py::module_& m);
 void BindSignal(py::module_& m);
 void BindHints(py::module_& m);
+void BindRecords(py::module_& m);
 
 }  // namespace preempt::python

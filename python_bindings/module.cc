@@ -83,4 +83,5 @@ PYBIND11_MODULE(_C, m) {
   pp::BindStore(m);
   pp::BindSignal(m);
   pp::BindHints(m);
+  pp::BindRecords(m);
 }

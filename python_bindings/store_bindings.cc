@@ -12,6 +12,8 @@
 
 #include "bindings.h"
 #include "preempt/store.h"
+#include "staged_save.h"
+#include "store/root_entries.h"
 
 namespace preempt::python {
 namespace {
@@ -103,7 +105,8 @@ Deadline DeadlineFrom(std::optional<double> timeout_s) {
 // last reference to an unfinished handle waits for the save (the memory must outlive it).
 class PySaveHandle {
  public:
-  PySaveHandle(std::shared_ptr<SaveHandle> h, py::object keepalive) : h_(std::move(h)), keepalive_(std::move(keepalive)) {}
+  PySaveHandle(std::shared_ptr<SaveHandle> h, py::object keepalive, std::shared_ptr<StagedSave> staged = nullptr)
+      : h_(std::move(h)), keepalive_(std::move(keepalive)), staged_(std::move(staged)) {}
   ~PySaveHandle() {
     if (h_ && !h_->done()) {
       py::gil_scoped_release nogil;
@@ -146,8 +149,17 @@ class PySaveHandle {
     d["backend"] = st.backend;
     return d;
   }
+  // True once the bytes are in staging (at once for a save without a background copy).
+  bool staged() const { return !staged_ || staged_->staged(); }
+  bool wait_staged(std::optional<double> timeout_s) {
+    if (!staged_) return true;
+    Deadline d = DeadlineFrom(timeout_s);
+    py::gil_scoped_release nogil;
+    return staged_->wait_staged(d);
+  }
   std::shared_ptr<SaveHandle> h_;
   py::object keepalive_;
+  std::shared_ptr<StagedSave> staged_;  // null: the bytes were staged before the handle existed
 };
 
 class PyStore {
@@ -157,7 +169,16 @@ class PyStore {
   void close() {
     if (!store_) return;
     py::gil_scoped_release nogil;  // waits for queued saves
+    wait_submitted();
     store_.reset();
+  }
+  // Staged saves reach the store in creation order; a direct save must not overtake them either.
+  std::shared_ptr<StagedSave> exchange_last_staged(std::shared_ptr<StagedSave> s) {
+    std::swap(s, last_staged_);
+    return s;
+  }
+  void wait_submitted() {  // call without the GIL
+    if (last_staged_) last_staged_->wait_submitted();
   }
   Store& get() {
     if (!store_) RaiseInvalid("Store: used after close()");
@@ -166,6 +187,7 @@ class PyStore {
 
  private:
   std::unique_ptr<Store> store_;
+  std::shared_ptr<StagedSave> last_staged_;
 };
 
 std::unique_ptr<PyStore> MakeStore(const std::string& root, int rank, int world_size, int keep_last,
@@ -193,8 +215,7 @@ std::unique_ptr<PyStore> MakeStore(const std::string& root, int rank, int world_
   return std::make_unique<PyStore>(std::move(o));
 }
 
-std::shared_ptr<PySaveHandle> SaveAsync(PyStore& self, int64_t step, const py::list& items,
-                                        const std::map<std::string, std::string>& metadata, py::object keepalive) {
+SaveRequest MakeRequest(int64_t step, const py::list& items, const std::map<std::string, std::string>& metadata) {
   if (step < 0) RaiseInvalid("save: step must be >= 0, not " + std::to_string(step));
   SaveRequest req;
   req.step = step;
@@ -210,13 +231,41 @@ std::shared_ptr<PySaveHandle> SaveAsync(PyStore& self, int64_t step, const py::l
     it.nbytes = e.nbytes;
     req.items.push_back(std::move(it));
   }
+  return req;
+}
+
+std::shared_ptr<PySaveHandle> SaveAsync(PyStore& self, int64_t step, const py::list& items,
+                                        const std::map<std::string, std::string>& metadata, py::object keepalive) {
+  SaveRequest req = MakeRequest(step, items, metadata);
   Store& store = self.get();
   std::shared_ptr<SaveHandle> h;
   {
     py::gil_scoped_release nogil;  // save_async may wait for a free slot in the store's queue
+    self.wait_submitted();
     h = store.save_async(std::move(req));
   }
   return std::make_shared<PySaveHandle>(std::move(h), std::move(keepalive));
+}
+
+// save_async after (src, dst, nbytes) copies into the staging memory the items point to, made by
+// a background thread (the GIL is not needed for it); see staged_save.h.
+std::shared_ptr<PySaveHandle> SaveStaged(PyStore& self, int64_t step, const py::list& copies, const py::list& items,
+                                         const std::map<std::string, std::string>& metadata, py::object keepalive) {
+  SaveRequest req = MakeRequest(step, items, metadata);
+  std::vector<StagingCopy> cs;
+  cs.reserve(copies.size());
+  for (const auto& h : copies) {
+    auto t = py::reinterpret_borrow<py::tuple>(h);
+    if (t.size() != 3) RaiseInvalid("save_staged: each copy is (source address, staging address, nbytes)");
+    StagingCopy c{reinterpret_cast<const void*>(t[0].cast<uintptr_t>()), reinterpret_cast<void*>(t[1].cast<uintptr_t>()),
+                  t[2].cast<size_t>()};
+    if (c.nbytes > 0 && (c.src == nullptr || c.dst == nullptr)) RaiseInvalid("save_staged: a copy has a null address");
+    cs.push_back(c);
+  }
+  Store& store = self.get();
+  auto staged = std::make_shared<StagedSave>(&store, std::move(req), std::move(cs), self.exchange_last_staged(nullptr));
+  self.exchange_last_staged(staged);
+  return std::make_shared<PySaveHandle>(staged, std::move(keepalive), staged);
 }
 
 py::dict TensorInfoDict(const TensorInfo& t) {
@@ -310,6 +359,8 @@ void BindStore(py::module_& m) {
   py::class_<PySaveHandle, std::shared_ptr<PySaveHandle>>(m, "SaveHandle", "One asynchronous save of a Store.")
       .def_property_readonly("step", &PySaveHandle::step)
       .def("done", &PySaveHandle::done)
+      .def("staged", &PySaveHandle::staged)
+      .def("wait_staged", &PySaveHandle::wait_staged, py::arg("timeout_s") = py::none())
       .def("wait", &PySaveHandle::wait, py::arg("timeout_s") = py::none())
       .def("check", &PySaveHandle::check)
       .def("error", &PySaveHandle::error)
@@ -324,6 +375,8 @@ void BindStore(py::module_& m) {
            py::arg("keep_last") = 3, py::arg("chunk_bytes") = size_t{4} << 20, py::arg("queue_depth") = 8,
            py::arg("io_backend") = "auto", py::arg("direct_io") = "auto", py::arg("commit_timeout_s") = 600.0)
       .def("save_async", &SaveAsync, py::arg("step"), py::arg("items"), py::arg("metadata"),
+           py::arg("keepalive") = py::none())
+      .def("save_staged", &SaveStaged, py::arg("step"), py::arg("copies"), py::arg("items"), py::arg("metadata"),
            py::arg("keepalive") = py::none())
       .def("restore", &Restore, py::arg("targets"), py::arg("step") = py::none(), py::arg("strict") = true,
            py::arg("fallback") = true)
@@ -357,6 +410,7 @@ void BindStore(py::module_& m) {
       }, py::arg("dir"));
 
   m.def("step_dir_name", &StepDirName, py::arg("step"));
+  m.def("is_store_root_entry", &IsStoreRootEntry, py::arg("name"));
   m.def("is_valid_entry_name", &IsValidEntryName, py::arg("name"));
 }
 

@@ -47,12 +47,6 @@ class Action(enum.IntEnum):
 
 CONTINUE, CHECKPOINT, STOP = Action.CONTINUE, Action.CHECKPOINT, Action.STOP
 
-_STORE_NAMES = ("LATEST",)
-# What the store itself keeps in a root besides step directories: its writer locks
-# (".lock.rank-NNNNN") and LATEST being replaced ("LATEST.tmp.<pid>.<n>").
-_STORE_PREFIXES = ("step-", ".preempt", ".lock.rank-", "LATEST.tmp.")
-
-
 def _looks_like_checkpoint_root(path):
     """None when `path` is absent, empty or holds preempt checkpoints; else the first foreign name."""
     if not os.path.exists(path):
@@ -60,9 +54,8 @@ def _looks_like_checkpoint_root(path):
     if not os.path.isdir(path):
         return os.path.basename(path)
     for name in sorted(os.listdir(path)):
-        if name in _STORE_NAMES or name.startswith(_STORE_PREFIXES):
-            continue
-        return name
+        if not _C.is_store_root_entry(name):  # the store's own rule for what it keeps there
+            return name
     return None
 
 
@@ -110,6 +103,10 @@ class Runtime:
     track_rng                    torch CPU/CUDA, `random` and NumPy generators (default True)
     metadata                     str -> str stored in every checkpoint's manifest
     io_backend, direct_io        "auto" | "uring" | "posix", "auto" | "on" | "off"
+    overlap_copy                 copy the parameters of tracked optimizers and their state into
+                                 staging on a native thread during the next step, fenced at the
+                                 start of optimizer.step() (see _fence); False: all of the copy
+                                 happens in step_end (for code that changes parameters elsewhere)
     reserve_staging              allocate staging in the background after the first step (when the
                                  optimizer state exists), so no checkpoint pays for it
     hints_path, job, gpus        rank 0 publishes preempt.hints/1 there (default env
@@ -121,7 +118,8 @@ class Runtime:
                  grace_s=None, reserve_s=None, stop_signals=None, checkpoint_signals=None,
                  install_signal_handlers=True, process_group=None, staging_buffers=2, track_rng=True,
                  metadata=None, io_backend="auto", direct_io="auto", exit_code_preempted=EXIT_PREEMPTED,
-                 exit_code_failed=EXIT_STOP_FAILED, hints_path=None, job=None, gpus=0, reserve_staging=True):
+                 exit_code_failed=EXIT_STOP_FAILED, hints_path=None, job=None, gpus=0, reserve_staging=True,
+                 overlap_copy=True):
         if not dir:
             raise _C.InvalidArgumentError("Runtime: dir is required")
         for key, v in (("every_steps", every_steps), ("every_seconds", every_seconds), ("check_every", check_every - 1)):
@@ -136,6 +134,7 @@ class Runtime:
         self.every_steps, self.every_seconds = int(every_steps), float(every_seconds)
         self._reserve_staging = bool(reserve_staging) and (every_steps > 0 or every_seconds > 0)
         self.check_every = int(check_every)
+        self._overlap = bool(overlap_copy)
         self._exit_preempted, self._exit_failed = exit_code_preempted, exit_code_failed
         self._store_args = dict(keep_last=keep_last, io_backend=io_backend, direct_io=direct_io)
         self._group = _Group(process_group)
@@ -171,6 +170,8 @@ class Runtime:
     def track(self, name, obj):
         """Tracks anything with state_dict()/load_state_dict() under `name` (before restore())."""
         self.state.track(name, obj)
+        if self._overlap and isinstance(obj, torch.optim.Optimizer):
+            self.state.fence.install(obj)
 
     def _ensure_store(self):
         if self.store is None:
@@ -258,7 +259,7 @@ class Runtime:
             return Action.CONTINUE
         self._ensure_store()
         # Wait for a free staging buffer rather than skip: every rank must write the same steps.
-        h = self.state.checkpoint(self.store, step + 1, wait_for_staging=True)
+        h = self.state.checkpoint(self.store, step + 1, wait_for_staging=True, overlap=self._overlap)
         self._last_ckpt_at = time.monotonic()
         if h is None:
             return Action.CONTINUE
@@ -286,6 +287,7 @@ class Runtime:
                 self.stats["last_commit_step"] = max(self.stats["last_commit_step"], h.step)
                 st = h.stats()
                 self.stats["persist_s"] = st["total_s"]
+                self.stats["stall_s"] = getattr(h, "stall_s", 0.0)
                 if self._hints and h.step == self.stats["last_commit_step"]:
                     self._hints.on_commit(h.step, h.path, st["bytes"], getattr(h, "stall_s", 0.0), st["total_s"])
                     self._hints.publish("stopped" if self._stopped else "training")
@@ -328,10 +330,12 @@ class Runtime:
 
     # ---- explicit saves and the end -----------------------------------------------------------
     def save_async(self, step):
-        """Checkpoints now as `step` (the number of completed steps); returns the handle once the
-        state is staged. Every rank must call it with the same step."""
+        """Checkpoints now as `step` (the number of completed steps) and returns its handle. With
+        overlap_copy, what tracked optimizers' step() changes is still being copied until the next
+        step() (`handle.staged`); everything else is staged on return. Every rank must call it
+        with the same step."""
         self._ensure_store()
-        h = self.state.checkpoint(self.store, int(step), wait_for_staging=True)
+        h = self.state.checkpoint(self.store, int(step), wait_for_staging=True, overlap=self._overlap)
         self.stats["checkpoints_started"] += 1
         self._pending.append(h)
         return h
@@ -355,11 +359,13 @@ class Runtime:
             return self._exit_preempted if self.stats["stop_committed"] else self._exit_failed
         try:
             self.wait()
-        except _C.Error:
+        except _C.Error as e:
+            print(f"[preempt] rank {self.rank}: a checkpoint failed: {e}", file=sys.stderr)
             return self._exit_failed
         return 0
 
     def close(self):
+        self.state.fence.remove_all()
         if self.store is not None:
             for h in self.state.handles():
                 h.wait_quietly()

@@ -1,14 +1,16 @@
 """Tracked objects -> checkpoint entries, staging snapshots, and in-place restore.
 
 `TrainingState` is the Python counterpart of the C++ `preempt::torch::TrainingState`: it asks every
-tracked object for its `state_dict()`, copies the tensors into pre-faulted staging memory (the only
-part that stalls training), hands the staged bytes to the C++ store, and on restore reads each
-tensor straight into the live tensor when that tensor is CPU-contiguous, then calls
-`load_state_dict()` where the object needs it.
+tracked object for its `state_dict()`, copies the tensors into pre-faulted staging memory (the
+tensors only a fenced optimizer step changes may be copied by a native thread during the next
+step, see _fence), hands the staged bytes to the C++ store, and on restore reads each tensor
+straight into the live tensor when that tensor is CPU-contiguous, then calls `load_state_dict()`
+where the object needs it.
 
 Checkpoint layout (shared with the C++ layer):
-  entry "<track>:<dotted.key>"            one tensor of a state dict (model:fc1.weight,
-                                          optim:state.0.exp_avg, ...)
+  entry "<track>:<dotted.key>"            one tensor of a state dict (model:fc1.weight, ...)
+  entries "<optim>:meta", "<optim>:state.<i>.<key>", "<sched>:state"
+                                          optimizers and LR schedulers the C++ layer knows (_kinds)
   entry "rng:cpu", "rng:cuda.<d>"         torch generator states, dtype bytes
   metadata "preempt.py.state:<track>"     JSON skeleton of that state dict (see _flatten)
   metadata "preempt.py.format" = "1", "preempt.py.tracked" = "<track>,<track>,..."
@@ -24,6 +26,8 @@ import torch
 
 from . import _C
 from ._flatten import Flattener, decode, dtype_name, skeleton_tensor_names, torch_dtype
+from ._fence import OptimizerFence
+from ._kinds import adapt
 from ._rng import RngState
 
 FORMAT_VERSION = "1"
@@ -41,19 +45,27 @@ def _unwrap(obj):
 
 
 class Tracked:
-    """One named object with state_dict()/load_state_dict()."""
+    """One named object with state_dict()/load_state_dict(). Optimizers and LR schedulers the C++
+    layer knows go through an adapter (_kinds) that stores them in the C++ layout."""
 
-    def __init__(self, name, obj, *, raw_bytes=False, optional_entries=False):
+    def __init__(self, name, obj, *, raw_bytes=False, optional_entries=False, stage=0):
         self.name = name
         self.obj = _unwrap(obj)
         self.is_module = isinstance(self.obj, torch.nn.Module)
         self.raw_bytes = raw_bytes              # uint8 tensors stored as dtype "bytes" (RNG)
         self.optional_entries = optional_entries
+        self.adapter = None if raw_bytes else adapt(name, self.obj)
+        self.target = self.adapter or self.obj  # whose state_dict()/load_state_dict() are used
+        self.stage = self.adapter.stage if self.adapter else stage  # restore order
+        self.byte_names = self.adapter.byte_entries() if self.adapter else frozenset()
 
     def flatten(self):
         f = Flattener(self.name)
-        skeleton = f.encode(self.obj.state_dict())
+        skeleton = f.encode(self.target.state_dict())
         return skeleton, f.tensors
+
+    def is_bytes(self, entry, tensor):
+        return entry in self.byte_names or (self.raw_bytes and tensor.dtype == torch.uint8 and tensor.dim() == 1)
 
     def load(self, value, all_in_place):
         if self.is_module and all_in_place:
@@ -62,16 +74,18 @@ class Tracked:
             if self.is_module:
                 self.obj.load_state_dict(value, strict=True)
             else:
-                self.obj.load_state_dict(value)
+                self.target.load_state_dict(value)
+        except _C.Error:
+            raise
         except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as e:
             raise _C.MismatchError(f"restore: '{self.name}'.load_state_dict refused the checkpoint: {e}") from e
 
 
 class Piece:
-    __slots__ = ("name", "tensor", "as_bytes")
+    __slots__ = ("name", "tensor", "as_bytes", "track")
 
-    def __init__(self, name, tensor, as_bytes):
-        self.name, self.tensor, self.as_bytes = name, tensor, as_bytes
+    def __init__(self, name, tensor, as_bytes, track):
+        self.name, self.tensor, self.as_bytes, self.track = name, tensor, as_bytes, track
 
     @property
     def nbytes(self):
@@ -134,11 +148,13 @@ class TrainingState:
         self.staging = [Staging() for _ in range(staging_buffers)]
         self.metadata = {str(k): str(v) for k, v in (metadata or {}).items()}
         self.first_error = None
-        self.stats = {"snapshots": 0, "skipped": 0, "last_stall_s": 0.0, "last_bytes": 0, "last_alloc_s": 0.0}
+        self.stats = {"snapshots": 0, "skipped": 0, "last_stall_s": 0.0, "last_bytes": 0, "last_alloc_s": 0.0,
+                      "last_overlapped_bytes": 0}
         self._in_place = []  # handles of in-place saves (they reference live tensors)
         self._reserving = None  # (thread, {staging index: memory}, nbytes)
+        self.fence = OptimizerFence()
         if track_rng:
-            self.tracked.append(Tracked("rng", RngState(), raw_bytes=True, optional_entries=True))
+            self.tracked.append(Tracked("rng", RngState(), raw_bytes=True, optional_entries=True, stage=2))
 
     # ---- tracking -----------------------------------------------------------------------------
     def track(self, name, obj):
@@ -168,8 +184,7 @@ class TrainingState:
             skeleton, tensors = t.flatten()
             meta[_STATE_KEY + t.name] = json.dumps(skeleton, separators=(",", ":"), allow_nan=False)
             for name, tensor in tensors.items():
-                as_bytes = t.raw_bytes and tensor.dtype == torch.uint8 and tensor.dim() == 1
-                pieces.append(Piece(name, tensor, as_bytes))
+                pieces.append(Piece(name, tensor, t.is_bytes(name, tensor), t))
         return pieces, meta
 
     def _free_staging(self, wait):
@@ -226,8 +241,24 @@ class TrainingState:
             if s.capacity < need and not s.busy():
                 s.adopt(memory, need)
 
-    def snapshot(self, step, *, wait_for_staging):
-        """Copies the state into staging. Returns (staging, items, metadata) or None when skipped."""
+    def _overlappable(self, pieces):
+        """Indices of the pieces whose copy may overlap the next step: CPU-contiguous tensors that
+        only a fenced optimizer's step() changes (its parameters and its state)."""
+        if not self.fence.optimizers:
+            return set()
+        params = self.fence.params()
+        out = set()
+        for i, p in enumerate(pieces):
+            if p.as_bytes or not _direct(p.tensor):
+                continue
+            if self.fence.fences(p.track.obj) or (p.track.is_module and p.tensor.data_ptr() in params):
+                out.add(i)
+        return out
+
+    def snapshot(self, step, *, wait_for_staging, overlap=False):
+        """Copies the state into staging. Returns (staging, items, metadata, copies, sources), or
+        None when skipped; `copies` (source address, staging address, nbytes) are left for the
+        native background copy (only with `overlap`, see _fence)."""
         self._adopt_reserved()
         s = self._free_staging(wait_for_staging)
         if s is None:
@@ -240,12 +271,16 @@ class TrainingState:
             offsets.append(off)
             off += p.nbytes
         self.stats["last_alloc_s"] = s.ensure(max(off, 1))
+        later = self._overlappable(pieces) if overlap else set()
         t0 = time.perf_counter()
-        items, any_cuda = [], False
+        items, any_cuda, copies, sources = [], False, [], []
         with torch.no_grad():
-            for p, o in zip(pieces, offsets):
+            for i, (p, o) in enumerate(zip(pieces, offsets)):
                 n = p.nbytes
-                if n:
+                if n and i in later:
+                    copies.append((p.tensor.data_ptr(), s.address + o, n))
+                    sources.append(p.tensor)
+                elif n:
                     dst = s.view[o:o + n]
                     src = p.tensor
                     if src.device.type != "cpu":
@@ -260,16 +295,23 @@ class TrainingState:
         self.stats["snapshots"] += 1
         self.stats["last_stall_s"] = time.perf_counter() - t0
         self.stats["last_bytes"] = off
-        return s, items, meta
+        self.stats["last_overlapped_bytes"] = sum(c[2] for c in copies)
+        return s, items, meta, copies, sources
 
-    def checkpoint(self, store, step, *, wait_for_staging):
+    def checkpoint(self, store, step, *, wait_for_staging, overlap=False):
         """Snapshot + persist in the background; the handle, or None when skipped."""
-        staged = self.snapshot(step, wait_for_staging=wait_for_staging)
+        staged = self.snapshot(step, wait_for_staging=wait_for_staging, overlap=overlap)
         if staged is None:
             return None
-        s, items, meta = staged
-        s.handle = SaveHandle(store.save_async(step, items, meta, keepalive=s.memory), staged=True)
+        s, items, meta, copies, sources = staged
+        if copies:
+            native = store.save_staged(step, copies, items, meta, keepalive=(s.memory, sources))
+        else:
+            native = store.save_async(step, items, meta, keepalive=s.memory)
+        s.handle = SaveHandle(native)
         s.handle.stall_s = self.stats["last_stall_s"]
+        if copies:
+            self.fence.pending.append(s.handle)
         return s.handle
 
     def checkpoint_in_place(self, store, step):
@@ -281,7 +323,7 @@ class TrainingState:
         t0 = time.perf_counter()
         items = [p.item(p.tensor.data_ptr() if p.nbytes else 0) for p in pieces]
         keep = [p.tensor for p in pieces]
-        h = SaveHandle(store.save_async(step, items, meta, keepalive=keep), staged=True)
+        h = SaveHandle(store.save_async(step, items, meta, keepalive=keep))
         self._in_place.append(h)
         self.stats["snapshots"] += 1
         self.stats["last_stall_s"] = time.perf_counter() - t0
@@ -298,7 +340,7 @@ class TrainingState:
         targets, direct = [], set()
         for t, _, tensors in current:
             for name, tensor in tensors.items():
-                if not t.raw_bytes and _direct(tensor):
+                if not t.is_bytes(name, tensor) and _direct(tensor):
                     targets.append((name, dtype_name(tensor.dtype, name), list(tensor.shape),
                                     tensor.data_ptr(), tensor.numel() * tensor.element_size()))
                     direct.add(name)
@@ -315,6 +357,8 @@ class TrainingState:
                 except ValueError as e:
                     raise _C.CorruptionError(f"restore: metadata '{_STATE_KEY + t.name}' in {r['path']} "
                                              f"is not JSON: {e}") from None
+            elif t.adapter is not None:  # a checkpoint of the C++ trainer: its meta entry says what is there
+                skel = t.adapter.skeleton_for(lambda name: _owned_bytes(r, infos, name))
             else:
                 skel = cur_skel  # a checkpoint of the C++ trainer: names only
             needed = skeleton_tensor_names(skel, [])
@@ -335,6 +379,7 @@ class TrainingState:
             raise _C.MismatchError(f"restore: checkpoint {r['path']} entry '{extra[0]}' is not tracked"
                                    + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else "")
                                    + " (use strict=False to ignore it)")
+        plans.sort(key=lambda plan: plan[0].stage)  # optimizers before the schedulers that check them
         for t, skel, cur_tensors in plans:
             in_place = [True]
 
@@ -368,6 +413,13 @@ def _drop_entries(skel, names):
     return skel
 
 
+def _owned_bytes(r, infos, name):
+    if name not in infos or name not in r["owned"]:
+        raise _C.NotFoundError(f"restore: checkpoint {r['path']} has no entry '{name}'")
+    buf = r["owned"][name]
+    return bytes(memoryview(buf)) if infos[name]["nbytes"] else b""
+
+
 def _owned_tensor(r, info, kind):
     buf = r["owned"][info["name"]]
     raw = torch.frombuffer(buf, dtype=torch.uint8) if info["nbytes"] else torch.empty(0, dtype=torch.uint8)
@@ -385,10 +437,17 @@ class SaveHandle:
     `committed` (durable on every rank). `wait(timeout_s)` returns True once committed, False when
     the timeout passed first, and raises the save's first error."""
 
-    def __init__(self, native, staged):
+    def __init__(self, native):
         self._native = native
-        self.staged = staged
-        self.stall_s = 0.0  # the copy into staging that preceded this save
+        self.stall_s = 0.0  # the copy into staging before step_end / save_async returned
+
+    @property
+    def staged(self):
+        """True once every tensor is in staging: from then on training may change the state."""
+        return self._native.staged()
+
+    def wait_staged(self, timeout_s=None):
+        return self._native.wait_staged(timeout_s)
 
     @property
     def step(self):

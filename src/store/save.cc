@@ -361,11 +361,19 @@ Status Store::Impl::wait_for_manifests(SaveJob* job, const std::string& tmp_dir,
       return Status(StatusCode::kAborted, "checkpoint step " + std::to_string(job->req_.step) +
                                               " cancelled while waiting for the other ranks' manifests");
     }
+    // A manifest counts once it parses: its file exists from the moment its rank creates it, and
+    // its envelope (length + checksum) tells a complete one from one still being written.
     bool all = true;
-    for (int r = 0; r < o_.world_size && all; ++r) all = fs_->exists(JoinPath(tmp_dir, format::RankManifestName(r)));
+    for (int r = 0; r < o_.world_size && all; ++r) {
+      const std::string mp = JoinPath(tmp_dir, format::RankManifestName(r));
+      std::string text;
+      Manifest m;
+      all = fs_->exists(mp) && fs_->read_file(mp, format::kMaxManifestBytes, &text).ok() &&
+            format::DecodeManifest(text, mp, UINT64_MAX, &m).ok();
+    }
     if (all) return Status::OK();
     if (deadline.expired()) {
-      return Status(StatusCode::kDeadlineExceeded, "not every rank's manifest appeared in " + tmp_dir + " before the deadline");
+      return Status(StatusCode::kDeadlineExceeded, "not every rank's complete manifest appeared in " + tmp_dir + " before the deadline");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }

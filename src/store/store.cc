@@ -5,11 +5,21 @@
 #include <algorithm>
 
 #include "store/checkpoint_check.h"
+#include "store/root_entries.h"
 #include "store/store_impl.h"
 
 namespace preempt {
 
 std::string StepDirName(int64_t step) { return format::StepDirName(step); }
+
+bool IsStoreRootEntry(const std::string& name) {
+  int64_t step;
+  format::StepDirKind kind;
+  if (format::ParseStepDirName(name, &step, &kind) || name == format::kLatestName) return true;
+  // LATEST being replaced (save.cc: remove_leftovers) and the writers' locks (acquire_writer_lock).
+  const std::string latest_tmp = std::string(format::kLatestName) + ".tmp.";
+  return name.rfind(latest_tmp, 0) == 0 || name.rfind(".lock.rank-", 0) == 0;
+}
 
 Store::Store(StoreOptions options) : options_(std::move(options)) {
   auto invalid = [](const std::string& what) { return Error(Status(StatusCode::kInvalidArgument, "StoreOptions." + what)); };

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "torch/kinds.h"
+#include "torch/records.h"
 
 namespace preempt::torch::internal {
 namespace {
@@ -25,13 +26,7 @@ struct SchedulerAccess : LRScheduler {
   static std::vector<double> rates(const LRScheduler& s) { return (s.*(&SchedulerAccess::get_current_lrs))(); }
 };
 
-struct SchedulerRecord {
-  uint32_t version = 1;
-  int64_t step_count = 0;
-  std::vector<double> rates;  // per param group
-  template <class A>
-  void serialize(A& ar) { ar(version, step_count, rates); }
-};
+using records::SchedulerRecord;
 
 std::string Join(const std::vector<double>& v) {
   std::string out = "[";

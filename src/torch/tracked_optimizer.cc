@@ -11,6 +11,7 @@
 #include "preempt/log.h"
 #include "torch/kinds.h"
 #include "torch/optimizer_kinds.h"
+#include "torch/records.h"
 
 namespace preempt::torch::internal {
 namespace {
@@ -21,29 +22,9 @@ using ::torch::optim::OptimizerParamState;
 
 [[noreturn]] void Fail(StatusCode code, const std::string& msg) { throw Error(Status(code, msg)); }
 
-// Per-group options, kept by name so a newer LibTorch with more options still loads.
-struct GroupRecord {
-  std::vector<std::string> keys;
-  std::vector<double> values;
-  int64_t num_params = 0;
-  template <class A>
-  void serialize(A& ar) { ar(keys, values, num_params); }
-};
-struct ParamRecord {
-  bool has_state = false;
-  int64_t step = 0;
-  std::vector<std::string> tensors;  // state tensors present (defined)
-  template <class A>
-  void serialize(A& ar) { ar(has_state, step, tensors); }
-};
-struct OptimRecord {
-  uint32_t version = 1;
-  std::string kind;
-  std::vector<GroupRecord> groups;
-  std::vector<ParamRecord> params;
-  template <class A>
-  void serialize(A& ar) { ar(version, kind, groups, params); }
-};
+using records::GroupRecord;
+using records::OptimRecord;
+using records::ParamRecord;
 
 template <class Map>
 auto StateKey(const at::Tensor& p) {

@@ -4,6 +4,7 @@ import math
 import os
 import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -84,6 +85,75 @@ def test_save_load_roundtrip_every_kind(tmp_path):
     assert e["dt"] is torch.bfloat16
 
 
+
+@pytest.mark.parametrize("make_optim", [
+    lambda ps: torch.optim.Adam(ps, lr=1e-2, amsgrad=True),
+    lambda ps: torch.optim.AdamW(ps, lr=1e-2, betas=(0.8, 0.9)),
+    lambda ps: torch.optim.SGD(ps, lr=0.1),                      # no momentum: a None buffer per parameter
+    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
+    lambda ps: torch.optim.RMSprop(ps, lr=1e-2, momentum=0.5, centered=True),
+    lambda ps: torch.optim.Adagrad(ps, lr=0.1),
+], ids=["adam-amsgrad", "adamw", "sgd", "sgd-nesterov", "rmsprop", "adagrad"])
+def test_optimizer_kinds_resume_exactly_in_the_shared_layout(tmp_path, make_optim):
+    model = make_model()
+    optim = make_optim([{"params": list(model.parameters())[:2]}, {"params": list(model.parameters())[2:], "lr": 0.05}])
+    train(model, optim, steps=3)
+    preempt.save({"model": model, "optim": optim}, tmp_path, step=3)
+    names = {t["name"] for t in _C.Store(str(tmp_path)).restore([], strict=False)["tensors"]}
+    assert "optim:meta" in names and all(n.startswith(("model:", "optim:meta", "optim:state.")) for n in names)
+
+    model2 = make_model()
+    optim2 = make_optim([{"params": list(model2.parameters())[:2]}, {"params": list(model2.parameters())[2:], "lr": 1.0}])
+    assert preempt.load({"model": model2, "optim": optim2}, tmp_path) == 3
+    s1, s2 = optim.state_dict(), optim2.state_dict()
+    assert s1["param_groups"] == s2["param_groups"]
+    assert s1["state"].keys() == s2["state"].keys()
+    for i, st in s1["state"].items():
+        assert st.keys() == s2["state"][i].keys()
+        for k, v in st.items():
+            w = s2["state"][i][k]
+            assert type(v) is type(w), (i, k)
+            if isinstance(v, torch.Tensor):
+                assert v.dtype == w.dtype and v.shape == w.shape and torch.equal(v, w), (i, k)
+            else:
+                assert v == w, (i, k)
+    torch.manual_seed(5)
+    train(model, optim, steps=2)
+    torch.manual_seed(5)
+    train(model2, optim2, steps=2)
+    for a, b in zip(model.state_dict().values(), model2.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+
+def test_overlapped_copy_is_fenced_before_the_optimizer_changes_the_state(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.BatchNorm1d(512))
+    optim = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    rt = preempt.Runtime(tmp_path, every_steps=2, install_signal_handlers=False, track_rng=False)
+    rt.track("model", model)
+    rt.track("optim", optim)
+    assert rt.restore() == 0
+    want = None
+    for step in range(4):
+        optim.zero_grad()
+        model(torch.randn(8, 512)).pow(2).mean().backward()  # forward also moves BatchNorm's buffers
+        optim.step()  # waits for the copy of step 2's snapshot before changing anything
+        if rt.step_end(step) == preempt.CHECKPOINT and step == 1:
+            want = ({k: v.clone() for k, v in model.state_dict().items()},
+                    [optim.state[p]["momentum_buffer"].clone() for p in model.parameters()])
+            # parameters and momentum buffers: 2 * (512 * 512 + 512 + 2 * 512) floats
+            assert rt.state.stats["last_overlapped_bytes"] == 2 * 4 * (512 * 512 + 3 * 512)
+    rt.close()
+    assert "step" not in optim.__dict__  # the fence is gone with the runtime
+    model2 = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.BatchNorm1d(512))
+    optim2 = torch.optim.SGD(model2.parameters(), lr=0.5, momentum=0.9)
+    assert preempt.load({"model": model2, "optim": optim2}, tmp_path, step=2) == 2
+    for k, v in want[0].items():
+        assert torch.equal(model2.state_dict()[k], v), k
+    for p, buf in zip(model2.parameters(), want[1]):
+        assert torch.equal(optim2.state[p]["momentum_buffer"], buf)
+
+
 def test_unstorable_value_is_refused_naming_its_path(tmp_path):
     with pytest.raises(preempt.InvalidArgumentError, match=r"'cfg:opts.fn'.*without pickle"):
         preempt.save({"cfg": {"opts": {"fn": lambda: 1}}}, tmp_path)
@@ -134,6 +204,27 @@ def test_gil_is_released_while_a_save_waits_for_other_ranks(tmp_path):
     th.join()
     assert progressed == ["running", "rank 1 durable"]
     assert os.path.isdir(os.path.join(root, "step-00000001"))
+
+
+
+def test_rank0_commits_only_complete_manifests_of_the_other_ranks(tmp_path):
+    # A rank's manifest file exists from the moment it is created, before its bytes are written;
+    # rank 0 must not commit (and checksum) it in that state.
+    root = str(tmp_path)
+    r0 = _C.Store(root, rank=0, world_size=2, commit_timeout_s=60)
+    r1 = _C.Store(root, rank=1, world_size=2, commit_timeout_s=60)
+    a, b = torch.ones(1000), torch.full((1000,), 2.0)
+    h0 = r0.save_async(1, [("x:a", "float32", [1000], a.data_ptr(), 4000)], {}, keepalive=a)
+    tmp = os.path.join(root, "step-00000001.tmp")
+    for _ in range(6000):
+        if os.path.isdir(tmp):
+            break
+        time.sleep(0.01)
+    open(os.path.join(tmp, "rank-00001.manifest"), "w").close()  # created, not yet written
+    assert h0.wait(0.3) is False  # still waiting for rank 1
+    h1 = r1.save_async(1, [("x:a", "float32", [1000], b.data_ptr(), 4000)], {}, keepalive=b)
+    assert h1.wait(60) is True and h0.wait(60) is True
+    assert preempt.verify(os.path.join(root, "step-00000001"))["ok"]
 
 
 def test_stop_signal_is_recorded_while_the_main_thread_is_in_native_code(tmp_path):

@@ -51,6 +51,27 @@ def test_different_architecture_names_the_tensor(tmp_path):
     assert tree_digest(tmp_path) == before
 
 
+
+def test_different_optimizer_setup_names_the_field(tmp_path):
+    m = model()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    m(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    preempt.save({"model": m, "optim": opt}, tmp_path, step=1)
+    before = tree_digest(tmp_path)
+    m2 = model()
+    two_groups = torch.optim.AdamW([{"params": [m2[0].weight]}, {"params": list(m2.parameters())[1:]}])
+    with pytest.raises(preempt.MismatchError, match="'optim' has 2 param groups, entry 'optim:meta' has 1"):
+        preempt.load({"model": m2, "optim": two_groups}, tmp_path)
+    fewer = torch.optim.AdamW(list(m2.parameters())[:3])
+    with pytest.raises(preempt.MismatchError, match="'optim' param group 0 has 3 params, entry 'optim:meta' has 4"):
+        preempt.load({"model": m2, "optim": fewer}, tmp_path)
+    with pytest.raises(preempt.MismatchError, match="'optim' is a sgd optimizer, the checkpoint has adamw"):
+        preempt.load({"model": m2, "optim": torch.optim.SGD(m2.parameters(), lr=1.0)}, tmp_path)
+    assert not fewer.state and not two_groups.state
+    assert tree_digest(tmp_path) == before
+
+
 def test_not_a_checkpoint_directory(tmp_path):
     (tmp_path / "notes.txt").write_text("my thesis")
     before = tree_digest(tmp_path)
