@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "preempt/hints.h"
+#include "preempt/sched/executor.h"
 #include "preempt/sched/slurm.h"
 #include "preempt/slurm_env.h"
 
@@ -15,6 +16,62 @@ std::string Fixed(double v, int digits = 1) {
   snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
 }
+
+void DecideEvent(const JobAction& a, double now, std::vector<SlurmEvent>* events) {
+  events->push_back({now, "decide", a.job,
+                     std::string(ActionKindName(a.kind)) + (a.for_job.empty() ? "" : " for " + a.for_job) + " # " +
+                         a.reason});
+}
+
+// What Decide()'s actions mean on a SLURM cluster (executor.h). The lifecycle bookkeeping
+// (phases, request ids, the per-partition history) is ApplyDecision's; this class only acts and
+// reports each action as events.
+class SlurmExecutor final : public Executor {
+ public:
+  SlurmExecutor(const SlurmBackendOptions& opt, const std::map<std::string, std::string>& hints_path,
+                std::vector<SlurmEvent>* events)
+      : opt_(opt), hints_path_(hints_path), events_(events) {}
+
+  // SLURM starts a job itself once its GPUs are free.
+  Status Start(const Job&, const JobAction& a) override {
+    DecideEvent(a, NowUnix(), events_);
+    return Status::OK();
+  }
+
+  Status RequestCheckpoint(const Job& j, int64_t request_id, const JobAction& a) override {
+    DecideEvent(a, NowUnix(), events_);
+    auto it = hints_path_.find(j.id);
+    if (it == hints_path_.end() || it->second.empty())
+      return Report(j.id, Status(StatusCode::kInvalidArgument, "job " + j.id + ": no hints location"));
+    CheckpointRequest req;
+    req.id = request_id;
+    PREEMPT_RETURN_IF_ERROR(Report(j.id, WriteCheckpointRequest(it->second + ".request", req)));
+    events_->push_back({NowUnix(), "request", j.id,
+                        "checkpoint request " + std::to_string(request_id) + " for " + a.for_job});
+    return Status::OK();
+  }
+
+  // `scontrol requeue`: SLURM sends SIGTERM, SIGKILL after KillWait (action.grace_s cannot be
+  // applied per job), and puts the job back in the queue.
+  Status Evict(const Job& j, const JobAction& a) override {
+    DecideEvent(a, NowUnix(), events_);
+    std::string out;
+    PREEMPT_RETURN_IF_ERROR(
+        Report(j.id, RunCommand({opt_.scontrol, "requeue", j.id}, opt_.command_timeout_s, &out)));
+    events_->push_back({NowUnix(), "requeue", j.id, "scontrol requeue for " + a.for_job});
+    return Status::OK();
+  }
+
+ private:
+  Status Report(const std::string& job, Status s) {
+    if (!s.ok()) events_->push_back({NowUnix(), "error", job, s.ToString()});
+    return s;
+  }
+
+  const SlurmBackendOptions& opt_;
+  const std::map<std::string, std::string>& hints_path_;
+  std::vector<SlurmEvent>* events_;
+};
 
 }  // namespace
 
@@ -87,15 +144,18 @@ Status SlurmBackend::Observe(ClusterState* st, std::vector<SlurmEvent>* events) 
     j.gpus = sj.gpus;
     j.submit_time = sj.submit_unix;
     Tracked& t = tracked_[sj.id];
+    j.last_preempted = t.last_preempted;
+    j.preemptions = t.preemptions;
     if (pending && t.phase == JobPhase::kEvicting) {  // our requeue went through
+      RequeueAfterExit(s.now, &j);
       t.phase = JobPhase::kRunning;
-      t.last_preempted = s.now;
-      t.preemptions++;
-      history_.push_back({s.now, sj.partition, 0});
+      t.request_id = 0;
+      t.preemptor.clear();
+      t.last_preempted = j.last_preempted;
+      t.preemptions = j.preemptions;
       events->push_back({s.now, "requeued", sj.id, "back in the queue (restart " + std::to_string(sj.restarts) + ")"});
     }
-    j.last_preempted = t.last_preempted;
-    j.preemptions = std::max(t.preemptions, sj.restarts);
+    j.preemptions = std::max(j.preemptions, sj.restarts);
     if (placed) {
       j.phase = sj.state == "COMPLETING" ? JobPhase::kEvicting : JobPhase::kRunning;
       for (size_t n = 0; n < s.nodes.size(); ++n)
@@ -130,49 +190,36 @@ Status SlurmBackend::Observe(ClusterState* st, std::vector<SlurmEvent>* events) 
   return Status::OK();
 }
 
-Status SlurmBackend::Execute(const JobAction& a, const ClusterState& st, std::vector<SlurmEvent>* events) {
-  double now = NowUnix();
-  Tracked& t = tracked_[a.job];
-  switch (a.kind) {
-    case ActionKind::kStart:
-      return Status::OK();  // SLURM starts it once its GPUs are free
-    case ActionKind::kRequestCheckpoint: {
-      const std::string& hints = hints_path_[a.job];
-      if (hints.empty()) return Status(StatusCode::kInvalidArgument, "job " + a.job + ": no hints location");
-      CheckpointRequest req;
-      req.id = ++next_request_;
-      PREEMPT_RETURN_IF_ERROR(WriteCheckpointRequest(hints + ".request", req));
-      t.phase = JobPhase::kCheckpointing;
-      t.request_id = req.id;
-      t.request_time = now;
-      t.preemptor = a.for_job;
-      t.acked = false;
-      events->push_back({now, "request", a.job, "checkpoint request " + std::to_string(req.id) + " for " + a.for_job});
-      return Status::OK();
-    }
-    case ActionKind::kEvict: {
-      std::string out;
-      PREEMPT_RETURN_IF_ERROR(RunCommand({opt_.scontrol, "requeue", a.job}, opt_.command_timeout_s, &out));
-      t.phase = JobPhase::kEvicting;
-      t.preemptor = a.for_job;
-      events->push_back({now, "requeue", a.job, "scontrol requeue for " + a.for_job});
-      return Status::OK();
-    }
+// Keeps what the lifecycle decided about each job for the next pass (the next Observe builds the
+// state from SLURM again): jobs that entered kCheckpointing or kEvicting, and the history.
+void SlurmBackend::Remember(const ClusterState& before, const ClusterState& after) {
+  for (size_t k = 0; k < after.jobs.size(); ++k) {
+    const Job& j = after.jobs[k];
+    const Job& was = before.jobs[k];
+    if (j.phase == was.phase && j.request_id == was.request_id) continue;
+    if (j.phase != JobPhase::kCheckpointing && j.phase != JobPhase::kEvicting) continue;
+    Tracked& t = tracked_[j.id];
+    if (j.phase == JobPhase::kCheckpointing) t.acked = false;
+    t.phase = j.phase;
+    t.request_id = j.request_id;
+    t.request_time = j.request_time;
+    t.preemptor = j.preemptor;
   }
-  return Status::OK();
+  history_ = after.history;
 }
 
 Status SlurmBackend::Tick(bool execute, Decisions* d, ClusterState* st, std::vector<SlurmEvent>* events) {
   PREEMPT_RETURN_IF_ERROR(Observe(st, events));
   *d = Decide(*st, opt_.policy);
-  for (const JobAction& a : d->actions) {
-    events->push_back({st->now, "decide", a.job,
-                       std::string(ActionKindName(a.kind)) + (a.for_job.empty() ? "" : " for " + a.for_job) + " # " +
-                           a.reason});
-    if (!execute) continue;
-    Status s = Execute(a, *st, events);
-    if (!s.ok()) events->push_back({NowUnix(), "error", a.job, s.ToString()});
+  if (!execute) {
+    for (const JobAction& a : d->actions) DecideEvent(a, st->now, events);
+    return Status::OK();
   }
+  const ClusterState before = *st;
+  SlurmExecutor executor(opt_, hints_path_, events);
+  // An action that failed is reported as an event by the executor and decided again next pass.
+  (void)ExecuteDecisions(*d, st->now, &executor, st, &next_request_);
+  Remember(before, *st);
   return Status::OK();
 }
 

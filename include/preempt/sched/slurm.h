@@ -2,7 +2,8 @@
 //
 // Reads the cluster through SLURM's own commands (`squeue --json` for jobs; `scontrol show
 // partition -o`, `scontrol show node -o` and `scontrol show config` as text, since SLURM 22.05's
-// scontrol has no JSON output), each job's hints file, and acts through SLURM:
+// scontrol has no JSON output), each job's hints file, and acts through SLURM with an Executor
+// (sched/executor.h; the phases and the per-partition history follow the shared ApplyDecision):
 //   * kRequestCheckpoint: writes the job's checkpoint-request file (<hints>.request); the runtime
 //     checkpoints without stopping and acknowledges in its hints once the commit is durable;
 //   * kEvict: `scontrol requeue <job>`: SLURM sends SIGTERM, SIGKILL after KillWait, and puts the
@@ -95,12 +96,11 @@ class SlurmBackend {
     bool acked = false;
     double last_preempted = -1e300;
     int preemptions = 0;
-    int restarts_at_evict = -1;
     bool grace_warned = false;
   };
   PriorityClass ClassOf(const std::string& partition) const;
   void WarnGrace(const SlurmJob& sj, const Job& j, std::vector<SlurmEvent>* events);
-  Status Execute(const JobAction& a, const ClusterState& st, std::vector<SlurmEvent>* events);
+  void Remember(const ClusterState& before, const ClusterState& after);
 
   SlurmBackendOptions opt_;
   std::vector<SlurmPartition> partitions_;
