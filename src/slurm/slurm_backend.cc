@@ -1,7 +1,9 @@
 // The SLURM executor of sched::Decide(): observe (squeue/scontrol + hints), decide, act
-// (checkpoint request file, `scontrol requeue`). See include/preempt/sched/slurm.h.
+// (checkpoint request file, `scontrol requeuehold` / `release`). See include/preempt/sched/slurm.h.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "preempt/hints.h"
 #include "preempt/sched/executor.h"
@@ -51,14 +53,28 @@ class SlurmExecutor final : public Executor {
     return Status::OK();
   }
 
-  // `scontrol requeue`: SLURM sends SIGTERM, SIGKILL after KillWait (action.grace_s cannot be
-  // applied per job), and puts the job back in the queue.
+  // `scontrol requeuehold`: SLURM sends SIGTERM, SIGKILL after KillWait, and puts the job back
+  // in the queue, held until its preemptor runs (SlurmBackend::ReleaseVictims), so that SLURM
+  // does not start it again on the GPUs freed for the preemptor. action.grace_s == 0 (kill at
+  // once: the commit the job resumes from is durable, or a save would lose more than it keeps):
+  // SIGKILL to every process of the job first, then the requeue.
   Status Evict(const Job& j, const JobAction& a) override {
     DecideEvent(a, NowUnix(), events_);
     std::string out;
-    PREEMPT_RETURN_IF_ERROR(
-        Report(j.id, RunCommand({opt_.scontrol, "requeue", j.id}, opt_.command_timeout_s, &out)));
-    events_->push_back({NowUnix(), "requeue", j.id, "scontrol requeue for " + a.for_job});
+    const bool kill = a.grace_s == 0;
+    if (kill)
+      PREEMPT_RETURN_IF_ERROR(Report(
+          j.id, RunCommand({opt_.scancel, "--signal=KILL", "--full", j.id}, opt_.command_timeout_s, &out)));
+    Status s;
+    // A killed job may be refused for a moment while SLURM completes it.
+    for (int attempt = 0; attempt < (kill ? 20 : 1); ++attempt) {
+      if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      s = RunCommand({opt_.scontrol, "requeuehold", j.id}, opt_.command_timeout_s, &out);
+      if (s.ok()) break;
+    }
+    PREEMPT_RETURN_IF_ERROR(Report(j.id, s));
+    events_->push_back({NowUnix(), "requeue", j.id,
+                        std::string(kill ? "SIGKILL, " : "") + "scontrol requeuehold for " + a.for_job});
     return Status::OK();
   }
 
@@ -187,7 +203,38 @@ Status SlurmBackend::Observe(ClusterState* st, std::vector<SlurmEvent>* events) 
   }
   s.history = history_;
   *st = std::move(s);
+  last_jobs_ = std::move(jobs);
   return Status::OK();
+}
+
+void SlurmBackend::ReleaseVictims(bool all, std::vector<SlurmEvent>* events) {
+  std::map<std::string, std::string> state;
+  for (const SlurmJob& sj : last_jobs_) state[sj.id] = sj.state;
+  const double now = NowUnix();
+  for (auto& [id, t] : tracked_) {
+    if (t.phase == JobPhase::kEvicting || t.held_at == 0) continue;
+    auto it = state.find(id);
+    const bool pending = it != state.end() && (it->second == "PENDING" || it->second == "REQUEUE_HOLD");
+    if (!pending) {  // gone, or someone released it already
+      if (it == state.end() || it->second == "RUNNING") t.held_for.clear(), t.held_at = 0;
+      continue;
+    }
+    auto p = state.find(t.held_for);
+    const bool preemptor_waits = p != state.end() && p->second == "PENDING";
+    std::string why = all ? "the backend stops" : !preemptor_waits ? "its preemptor " + t.held_for + " is no longer pending"
+                      : now - t.held_at > opt_.hold_max_s ? "held for " + Fixed(now - t.held_at, 0) + " s"
+                                                          : "";
+    if (why.empty()) continue;
+    std::string out;
+    Status s = RunCommand({opt_.scontrol, "release", id}, opt_.command_timeout_s, &out);
+    if (!s.ok()) {
+      events->push_back({now, "error", id, s.ToString()});
+      continue;
+    }
+    events->push_back({now, "release", id, why});
+    t.held_for.clear();
+    t.held_at = 0;
+  }
 }
 
 // Keeps what the lifecycle decided about each job for the next pass (the next Observe builds the
@@ -200,6 +247,10 @@ void SlurmBackend::Remember(const ClusterState& before, const ClusterState& afte
     if (j.phase != JobPhase::kCheckpointing && j.phase != JobPhase::kEvicting) continue;
     Tracked& t = tracked_[j.id];
     if (j.phase == JobPhase::kCheckpointing) t.acked = false;
+    if (j.phase == JobPhase::kEvicting) {
+      t.held_for = j.preemptor;
+      t.held_at = after.now;
+    }
     t.phase = j.phase;
     t.request_id = j.request_id;
     t.request_time = j.request_time;
@@ -220,6 +271,7 @@ Status SlurmBackend::Tick(bool execute, Decisions* d, ClusterState* st, std::vec
   // An action that failed is reported as an event by the executor and decided again next pass.
   (void)ExecuteDecisions(*d, st->now, &executor, st, &next_request_);
   Remember(before, *st);
+  ReleaseVictims(false, events);
   return Status::OK();
 }
 

@@ -6,8 +6,11 @@
 // (sched/executor.h; the phases and the per-partition history follow the shared ApplyDecision):
 //   * kRequestCheckpoint: writes the job's checkpoint-request file (<hints>.request); the runtime
 //     checkpoints without stopping and acknowledges in its hints once the commit is durable;
-//   * kEvict: `scontrol requeue <job>`: SLURM sends SIGTERM, SIGKILL after KillWait, and puts the
-//     job back in the queue; the job resumes from its checkpoint when it starts again;
+//   * kEvict: `scontrol requeuehold <job>`: SLURM sends SIGTERM, SIGKILL after KillWait, and puts
+//     the job back in the queue, held until its preemptor has started (then `scontrol release`),
+//     so that SLURM does not restart it on the GPUs freed for the preemptor; the job resumes from
+//     its checkpoint when it starts again. A kill at once (JobAction::grace_s == 0) sends SIGKILL
+//     first (`scancel --signal=KILL --full`);
 //   * kStart: nothing; SLURM starts jobs itself once their GPUs are free.
 // Victims are chosen only by this backend: the partitions it manages have PreemptMode=OFF, so
 // SLURM's own preemption (which picks victims by its tiers, without any notion of lost work)
@@ -66,7 +69,9 @@ struct SlurmBackendOptions {
   // Partition → class; partitions not listed: the highest PriorityTier is high, the lowest low,
   // any between medium.
   std::map<std::string, PriorityClass> partition_class;
-  std::string squeue = "squeue", scontrol = "scontrol";
+  std::string squeue = "squeue", scontrol = "scontrol", scancel = "scancel";
+  // A victim is held at most this long when its preemptor still cannot start.
+  double hold_max_s = 300;
   double command_timeout_s = 20;
 };
 
@@ -84,8 +89,11 @@ class SlurmBackend {
   // Reads the cluster and the hints into a ClusterState (jobs it asked to checkpoint or evicted
   // keep their phase); warnings for grace needs above the partition's GraceTime / KillWait.
   Status Observe(ClusterState* out, std::vector<SlurmEvent>* events);
-  // Observe + Decide; with `execute`, carries the decisions out. Events describe both.
+  // Observe + Decide; with `execute`, carries the decisions out and releases held victims whose
+  // preemptor is no longer pending. Events describe both.
   Status Tick(bool execute, Decisions* decisions, ClusterState* state, std::vector<SlurmEvent>* events);
+  // Releases every victim this backend still holds (as of the last Observe): call before exiting.
+  void ReleaseHeld(std::vector<SlurmEvent>* events) { ReleaseVictims(true, events); }
 
  private:
   struct Tracked {
@@ -97,16 +105,20 @@ class SlurmBackend {
     double last_preempted = -1e300;
     int preemptions = 0;
     bool grace_warned = false;
+    std::string held_for;  // requeued and held for this preemptor ("" with held_at 0: not held)
+    double held_at = 0;
   };
   PriorityClass ClassOf(const std::string& partition) const;
   void WarnGrace(const SlurmJob& sj, const Job& j, std::vector<SlurmEvent>* events);
   void Remember(const ClusterState& before, const ClusterState& after);
+  void ReleaseVictims(bool all, std::vector<SlurmEvent>* events);
 
   SlurmBackendOptions opt_;
   std::vector<SlurmPartition> partitions_;
   double kill_wait_s_ = 30;
   std::map<std::string, Tracked> tracked_;
   std::map<std::string, std::string> hints_path_;
+  std::vector<SlurmJob> last_jobs_;
   std::vector<PreemptionRecord> history_;
   int64_t next_request_ = 0;
 };
