@@ -143,7 +143,7 @@ TEST_F(SlurmE2E, PreemptedLowJobsCommitInsideGraceTimeAreRequeuedAndResumeBitwis
   int rc = 0;
   std::string why = Sh("cd / && /usr/bin/python3 -c 'import torch, preempt' 2>&1", &rc);
   const bool python = rc == 0;
-  const std::string train = SourceDir() + "/examples/python/train.py", py_args = " --steps 1000 --every 200";
+  const std::string train = SourceDir() + "/examples/python/train.py", py_args = " --steps 600 --every 150";
   std::future<std::string> py_ref;
   std::string py;
   if (python) {
@@ -155,7 +155,7 @@ TEST_F(SlurmE2E, PreemptedLowJobsCommitInsideGraceTimeAreRequeuedAndResumeBitwis
     setenv("TRAIN_PY", train.c_str(), 1);
     setenv("PREEMPT_HINTS_FILE", (dir_ / "py-hints.json").c_str(), 1);
     py = Submit("-p low --gres=gpu:2 -o " + (dir_ / "py.out") + " " + SourceDir() +
-                    "/examples/slurm/train-python.sbatch" + py_args + " --sleep-ms 40",
+                    "/examples/slurm/train-python.sbatch" + py_args + " --sleep-ms 30",
                 "");
     for (const char* v : {"CKPT_DIR", "TRAIN_PY", "PREEMPT_HINTS_FILE"}) unsetenv(v);
     ASSERT_FALSE(py.empty());
