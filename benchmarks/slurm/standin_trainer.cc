@@ -24,6 +24,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -92,11 +93,13 @@ class Trainer {
     if (log_) fclose(log_);
   }
 
+  bool ok() const { return log_ != nullptr; }
   int Run();
 
  private:
-  void Log(const char* what, const std::string& extra = "") {
-    fprintf(log_, "%s %.3f step %lld%s\n", what, preempt::NowUnix(), static_cast<long long>(step_), extra.c_str());
+  void Log(const char* what, const std::string& extra = "") { LogStep(what, step_, extra); }
+  void LogStep(const char* what, int64_t step, const std::string& extra) {
+    fprintf(log_, "%s %.3f step %lld%s\n", what, preempt::NowUnix(), static_cast<long long>(step), extra.c_str());
     fflush(log_);
   }
   void Restore();
@@ -170,10 +173,7 @@ bool Trainer::FinishSave(bool wait) {
   if (save_request_ > request_ack_) request_ack_ = save_request_;
   char extra[160];
   snprintf(extra, sizeof extra, " snap %.3f why %s", save_snap_, save_why_.c_str());
-  int64_t now_step = step_;
-  step_ = save_step_;
-  Log("commit", extra);
-  step_ = now_step;
+  LogStep("commit", save_step_, extra);
   PublishHints();
   return true;
 }
@@ -249,5 +249,9 @@ int main(int argc, char** argv) {
   sa.sa_handler = OnTerm;
   sigaction(SIGTERM, &sa, nullptr);
   Trainer t(a);
+  if (!t.ok()) {
+    fprintf(stderr, "standin: cannot open --log %s: %s\n", a.log.c_str(), strerror(errno));
+    return 2;
+  }
   return t.Run();
 }

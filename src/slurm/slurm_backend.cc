@@ -216,15 +216,19 @@ void SlurmBackend::ReleaseVictims(bool all, std::vector<SlurmEvent>* events) {
     auto it = state.find(id);
     const bool pending = it != state.end() && (it->second == "PENDING" || it->second == "REQUEUE_HOLD");
     if (!pending) {  // gone, or someone released it already
-      if (it == state.end() || it->second == "RUNNING") t.held_for.clear(), t.held_at = 0;
+      if (it == state.end() || it->second == "RUNNING") {
+        t.held_for.clear();
+        t.held_at = 0;
+      }
       continue;
     }
     auto p = state.find(t.held_for);
     const bool preemptor_waits = p != state.end() && p->second == "PENDING";
-    std::string why = all ? "the backend stops" : !preemptor_waits ? "its preemptor " + t.held_for + " is no longer pending"
-                      : now - t.held_at > opt_.hold_max_s ? "held for " + Fixed(now - t.held_at, 0) + " s"
-                                                          : "";
-    if (why.empty()) continue;
+    std::string why;
+    if (all) why = "the backend stops";
+    else if (!preemptor_waits) why = "its preemptor " + t.held_for + " is no longer pending";
+    else if (now - t.held_at > opt_.hold_max_s) why = "held for " + Fixed(now - t.held_at, 0) + " s";
+    else continue;
     std::string out;
     Status s = RunCommand({opt_.scontrol, "release", id}, opt_.command_timeout_s, &out);
     if (!s.ok()) {
@@ -257,6 +261,19 @@ void SlurmBackend::Remember(const ClusterState& before, const ClusterState& afte
     t.preemptor = j.preemptor;
   }
   history_ = after.history;
+}
+
+void SlurmBackend::ReleaseHeld(std::vector<SlurmEvent>* events) {
+  // A victim still completing is held only once it is back in the queue: wait for it, briefly.
+  for (int pass = 0; pass < 30; ++pass) {
+    ClusterState st;
+    if (!Observe(&st, events).ok()) return;
+    ReleaseVictims(true, events);
+    bool waiting = false;
+    for (const auto& [id, t] : tracked_) waiting |= t.held_at != 0;
+    if (!waiting) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
 }
 
 Status SlurmBackend::Tick(bool execute, Decisions* d, ClusterState* st, std::vector<SlurmEvent>* events) {

@@ -92,8 +92,9 @@ class SlurmBackend {
   // Observe + Decide; with `execute`, carries the decisions out and releases held victims whose
   // preemptor is no longer pending. Events describe both.
   Status Tick(bool execute, Decisions* decisions, ClusterState* state, std::vector<SlurmEvent>* events);
-  // Releases every victim this backend still holds (as of the last Observe): call before exiting.
-  void ReleaseHeld(std::vector<SlurmEvent>* events) { ReleaseVictims(true, events); }
+  // Releases every victim this backend holds, waiting up to ~15 s for victims still completing
+  // to be back in the queue: call before exiting.
+  void ReleaseHeld(std::vector<SlurmEvent>* events);
 
  private:
   struct Tracked {
