@@ -184,7 +184,7 @@ def parse_runs(path):
 
 
 def lost_from_logs(d):
-    """Lost GPU-seconds, preemptions and SIGKILLed saves, from the commit logs of one phase."""
+    """Lost GPU-seconds, preemptions and SIGKILLed runs, from the commit logs of one phase."""
     lost, preemptions, killed = 0.0, 0, 0
     per_job = {}
     for name, gpus, *_ in WORKLOAD:
@@ -250,7 +250,7 @@ def main():
             d, high, t0 = run_phase(mode, args, env, work)
             lost, preemptions, killed, per_job = lost_from_logs(d)
             waits = [h["start"] - h["submit"] for h in high.values() if h["start"] is not None]
-            measured[mode] = {"lost_gpu_s": lost, "preemptions": preemptions, "killed_in_save": killed,
+            measured[mode] = {"lost_gpu_s": lost, "preemptions": preemptions, "killed_runs": killed,
                               "lost_by_job": per_job, "high_started": len(waits),
                               "high_wait_mean_s": sum(waits) / len(waits) if waits else float("nan"),
                               "high_wait_max_s": max(waits) if waits else float("nan"),
@@ -274,7 +274,7 @@ def main():
                   f"{sim['hint']['high_wait_mean_s']:.1f}", ""))
     table.append(("preemptions, measured (simulated)", f"{ms['preemptions']} ({sim['k8s']['preemptions']})",
                   f"{mb['preemptions']} ({sim['hint']['preemptions']})", ""))
-    table.append(("saves cut by SIGKILL", str(ms["killed_in_save"]), str(mb["killed_in_save"]), ""))
+    table.append(("runs ended by SIGKILL", str(ms["killed_runs"]), str(mb["killed_runs"]), ""))
     widths = [max(len(r[i]) for r in table) for i in range(4)]
     for r in table:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
