@@ -94,18 +94,18 @@ class Trainer {
   }
 
   bool ok() const { return log_ != nullptr; }
-  int Run();
+  int run();
 
  private:
-  void Log(const char* what, const std::string& extra = "") { LogStep(what, step_, extra); }
-  void LogStep(const char* what, int64_t step, const std::string& extra) {
+  void log(const char* what, const std::string& extra = "") { log_step(what, step_, extra); }
+  void log_step(const char* what, int64_t step, const std::string& extra) {
     fprintf(log_, "%s %.3f step %lld%s\n", what, preempt::NowUnix(), static_cast<long long>(step), extra.c_str());
     fflush(log_);
   }
-  void Restore();
-  void StartSave(const char* why, int64_t request_id);
-  bool FinishSave(bool wait);  // true when a save finished (committed or not)
-  void PublishHints();
+  void restore();
+  void start_save(const char* why, int64_t request_id);
+  bool finish_save(bool wait);  // true when a save finished (committed or not)
+  void publish_hints();
 
   const Args& a_;
   preempt::AlignedBuffer state_, staging_;
@@ -121,7 +121,7 @@ class Trainer {
   std::string save_why_;
 };
 
-void Trainer::Restore() {
+void Trainer::restore() {
   std::vector<int64_t> steps;
   if (!store_->valid_steps(&steps).ok() || steps.empty()) return;
   preempt::RestoreTarget t;
@@ -132,7 +132,7 @@ void Trainer::Restore() {
   preempt::RestoreResult r;
   preempt::Status s = store_->restore({t}, preempt::RestoreOptions{}, &r);
   if (!s.ok()) {
-    fprintf(stderr, "standin: restore failed: %s\n", s.ToString().c_str());
+    fprintf(stderr, "standin: restore failed: %s\n", s.to_string().c_str());
     std::exit(1);
   }
   step_ = committed_step_ = r.step;
@@ -141,7 +141,7 @@ void Trainer::Restore() {
 }
 
 // Snapshot (memcpy into staging: the stall), then the slow transfer and the real write in a thread.
-void Trainer::StartSave(const char* why, int64_t request_id) {
+void Trainer::start_save(const char* why, int64_t request_id) {
   std::memcpy(staging_.data(), state_.data(), state_.size());
   save_step_ = step_;
   save_snap_ = save_started_ = last_save_start_ = preempt::NowUnix();
@@ -159,12 +159,12 @@ void Trainer::StartSave(const char* why, int64_t request_id) {
   });
 }
 
-bool Trainer::FinishSave(bool wait) {
+bool Trainer::finish_save(bool wait) {
   if (!saver_.joinable() || (!wait && !save_done_)) return false;
   saver_.join();
   if (!save_status_.ok()) {
     fprintf(stderr, "standin: save of step %lld failed: %s\n", static_cast<long long>(save_step_),
-            save_status_.ToString().c_str());
+            save_status_.to_string().c_str());
     return true;
   }
   committed_step_ = save_step_;
@@ -173,12 +173,12 @@ bool Trainer::FinishSave(bool wait) {
   if (save_request_ > request_ack_) request_ack_ = save_request_;
   char extra[160];
   snprintf(extra, sizeof extra, " snap %.3f why %s", save_snap_, save_why_.c_str());
-  LogStep("commit", save_step_, extra);
-  PublishHints();
+  log_step("commit", save_step_, extra);
+  publish_hints();
   return true;
 }
 
-void Trainer::PublishHints() {
+void Trainer::publish_hints() {
   preempt::Hints h;
   const char* id = std::getenv("SLURM_JOB_ID");
   h.job = id && *id ? id : "standin";
@@ -196,46 +196,46 @@ void Trainer::PublishHints() {
   h.gpus = a_.gpus;
   h.request_ack = request_ack_;
   preempt::Status s = preempt::WriteHintsAtomic(a_.hints, h);
-  if (!s.ok()) fprintf(stderr, "standin: hints: %s\n", s.ToString().c_str());
+  if (!s.ok()) fprintf(stderr, "standin: hints: %s\n", s.to_string().c_str());
 }
 
-int Trainer::Run() {
-  Log("start");
-  Restore();
+int Trainer::run() {
+  log("start");
+  restore();
   std::this_thread::sleep_for(std::chrono::duration<double>(a_.restore_s));
   preempt::RequestChannel requests(a_.hints + ".request", std::chrono::milliseconds(50), request_ack_);
-  Log("train");
+  log("train");
   double train_start = preempt::NowUnix(), next_beat = train_start + 1;
   last_save_start_ = train_start;
   int64_t pending_request = 0;
-  PublishHints();
+  publish_hints();
   while (!g_term) {
     std::this_thread::sleep_for(std::chrono::duration<double>(a_.step_ms / 1000.0));
     if (g_term) break;
     ++step_;
     reinterpret_cast<int64_t*>(state_.data())[step_ % (state_.size() / 8)] = step_;
-    FinishSave(false);
+    finish_save(false);
     if (auto r = requests.poll()) pending_request = std::max(pending_request, r->id);
     double now = preempt::NowUnix();
     if (!saver_.joinable()) {
-      if (pending_request > request_ack_) StartSave("request", pending_request);
-      else if (now - last_save_start_ >= a_.every_s) StartSave("periodic", 0);
+      if (pending_request > request_ack_) start_save("request", pending_request);
+      else if (now - last_save_start_ >= a_.every_s) start_save("periodic", 0);
     }
     if (now >= next_beat) {
-      Log("beat");
-      PublishHints();
+      log("beat");
+      publish_hints();
       next_beat = now + 1;
     }
   }
-  Log("sigterm");
-  FinishSave(true);
+  log("sigterm");
+  finish_save(true);
   if (step_ > committed_step_) {
-    StartSave("stop", 0);
-    FinishSave(true);
+    start_save("stop", 0);
+    finish_save(true);
   }
   bool committed = committed_step_ == step_;
   preempt::RequeueAfterStopFromEnv(SIGTERM, committed);
-  Log("exit", committed ? " committed 1" : " committed 0");
+  log("exit", committed ? " committed 1" : " committed 0");
   return 143;
 }
 
@@ -253,5 +253,5 @@ int main(int argc, char** argv) {
     fprintf(stderr, "standin: cannot open --log %s: %s\n", a.log.c_str(), strerror(errno));
     return 2;
   }
-  return t.Run();
+  return t.run();
 }

@@ -35,19 +35,19 @@ class SlurmExecutor final : public Executor {
       : opt_(opt), hints_path_(hints_path), events_(events) {}
 
   // SLURM starts a job itself once its GPUs are free.
-  Status Start(const Job&, const JobAction& a) override {
+  Status start(const Job&, const JobAction& a) override {
     DecideEvent(a, NowUnix(), events_);
     return Status::OK();
   }
 
-  Status RequestCheckpoint(const Job& j, int64_t request_id, const JobAction& a) override {
+  Status request_checkpoint(const Job& j, int64_t request_id, const JobAction& a) override {
     DecideEvent(a, NowUnix(), events_);
     auto it = hints_path_.find(j.id);
     if (it == hints_path_.end() || it->second.empty())
-      return Report(j.id, Status(StatusCode::kInvalidArgument, "job " + j.id + ": no hints location"));
+      return report(j.id, Status(StatusCode::kInvalidArgument, "job " + j.id + ": no hints location"));
     CheckpointRequest req;
     req.id = request_id;
-    PREEMPT_RETURN_IF_ERROR(Report(j.id, WriteCheckpointRequest(it->second + ".request", req)));
+    PREEMPT_RETURN_IF_ERROR(report(j.id, WriteCheckpointRequest(it->second + ".request", req)));
     events_->push_back({NowUnix(), "request", j.id,
                         "checkpoint request " + std::to_string(request_id) + " for " + a.for_job});
     return Status::OK();
@@ -58,12 +58,12 @@ class SlurmExecutor final : public Executor {
   // does not start it again on the GPUs freed for the preemptor. action.grace_s == 0 (kill at
   // once: the commit the job resumes from is durable, or a save would lose more than it keeps):
   // SIGKILL to every process of the job first, then the requeue.
-  Status Evict(const Job& j, const JobAction& a) override {
+  Status evict(const Job& j, const JobAction& a) override {
     DecideEvent(a, NowUnix(), events_);
     std::string out;
     const bool kill = a.grace_s == 0;
     if (kill)
-      PREEMPT_RETURN_IF_ERROR(Report(
+      PREEMPT_RETURN_IF_ERROR(report(
           j.id, RunCommand({opt_.scancel, "--signal=KILL", "--full", j.id}, opt_.command_timeout_s, &out)));
     Status s;
     // A killed job may be refused for a moment while SLURM completes it.
@@ -72,15 +72,15 @@ class SlurmExecutor final : public Executor {
       s = RunCommand({opt_.scontrol, "requeuehold", j.id}, opt_.command_timeout_s, &out);
       if (s.ok()) break;
     }
-    PREEMPT_RETURN_IF_ERROR(Report(j.id, s));
+    PREEMPT_RETURN_IF_ERROR(report(j.id, s));
     events_->push_back({NowUnix(), "requeue", j.id,
                         std::string(kill ? "SIGKILL, " : "") + "scontrol requeuehold for " + a.for_job});
     return Status::OK();
   }
 
  private:
-  Status Report(const std::string& job, Status s) {
-    if (!s.ok()) events_->push_back({NowUnix(), "error", job, s.ToString()});
+  Status report(const std::string& job, Status s) {
+    if (!s.ok()) events_->push_back({NowUnix(), "error", job, s.to_string()});
     return s;
   }
 
@@ -96,7 +96,7 @@ SlurmBackend::SlurmBackend(SlurmBackendOptions options)
       // Request ids must grow across backend restarts too (a job ignores ids it has seen).
       next_request_(static_cast<int64_t>(NowUnix() * 1000)) {}
 
-PriorityClass SlurmBackend::ClassOf(const std::string& partition) const {
+PriorityClass SlurmBackend::class_of(const std::string& partition) const {
   auto it = opt_.partition_class.find(partition);
   if (it != opt_.partition_class.end()) return it->second;
   int lo = 1 << 30, hi = -(1 << 30), tier = 0;
@@ -111,7 +111,7 @@ PriorityClass SlurmBackend::ClassOf(const std::string& partition) const {
   return PriorityClass::kMedium;
 }
 
-void SlurmBackend::WarnGrace(const SlurmJob& sj, const Job& j, std::vector<SlurmEvent>* events) {
+void SlurmBackend::warn_grace(const SlurmJob& sj, const Job& j, std::vector<SlurmEvent>* events) {
   Tracked& t = tracked_[sj.id];
   if (t.grace_warned || !j.hints || j.hints->grace.needed_s <= 0) return;
   const SlurmPartition* part = nullptr;
@@ -135,7 +135,7 @@ void SlurmBackend::WarnGrace(const SlurmJob& sj, const Job& j, std::vector<Slurm
                          std::to_string(suggest) + " in the job"});
 }
 
-Status SlurmBackend::Observe(ClusterState* st, std::vector<SlurmEvent>* events) {
+Status SlurmBackend::observe(ClusterState* st, std::vector<SlurmEvent>* events) {
   std::string text;
   PREEMPT_RETURN_IF_ERROR(RunCommand({opt_.scontrol, "show", "partition", "-o"}, opt_.command_timeout_s, &text));
   PREEMPT_RETURN_IF_ERROR(ParsePartitions(text, &partitions_));
@@ -155,7 +155,7 @@ Status SlurmBackend::Observe(ClusterState* st, std::vector<SlurmEvent>* events) 
     if (!pending && !placed) continue;
     Job j;
     j.id = sj.id;
-    j.cls = ClassOf(sj.partition);
+    j.cls = class_of(sj.partition);
     j.queue = sj.partition;
     j.gpus = sj.gpus;
     j.submit_time = sj.submit_unix;
@@ -196,7 +196,7 @@ Status SlurmBackend::Observe(ClusterState* st, std::vector<SlurmEvent>* events) 
                              "request " + std::to_string(t.request_id) + " committed at step " +
                                  std::to_string(h.last_commit.step)});
         }
-        WarnGrace(sj, j, events);
+        warn_grace(sj, j, events);
       }
     }
     s.jobs.push_back(std::move(j));
@@ -207,7 +207,7 @@ Status SlurmBackend::Observe(ClusterState* st, std::vector<SlurmEvent>* events) 
   return Status::OK();
 }
 
-void SlurmBackend::ReleaseVictims(bool all, std::vector<SlurmEvent>* events) {
+void SlurmBackend::release_victims(bool all, std::vector<SlurmEvent>* events) {
   std::map<std::string, std::string> state;
   for (const SlurmJob& sj : last_jobs_) state[sj.id] = sj.state;
   const double now = NowUnix();
@@ -232,7 +232,7 @@ void SlurmBackend::ReleaseVictims(bool all, std::vector<SlurmEvent>* events) {
     std::string out;
     Status s = RunCommand({opt_.scontrol, "release", id}, opt_.command_timeout_s, &out);
     if (!s.ok()) {
-      events->push_back({now, "error", id, s.ToString()});
+      events->push_back({now, "error", id, s.to_string()});
       continue;
     }
     events->push_back({now, "release", id, why});
@@ -243,7 +243,7 @@ void SlurmBackend::ReleaseVictims(bool all, std::vector<SlurmEvent>* events) {
 
 // Keeps what the lifecycle decided about each job for the next pass (the next Observe builds the
 // state from SLURM again): jobs that entered kCheckpointing or kEvicting, and the history.
-void SlurmBackend::Remember(const ClusterState& before, const ClusterState& after) {
+void SlurmBackend::remember(const ClusterState& before, const ClusterState& after) {
   for (size_t k = 0; k < after.jobs.size(); ++k) {
     const Job& j = after.jobs[k];
     const Job& was = before.jobs[k];
@@ -263,12 +263,12 @@ void SlurmBackend::Remember(const ClusterState& before, const ClusterState& afte
   history_ = after.history;
 }
 
-void SlurmBackend::ReleaseHeld(std::vector<SlurmEvent>* events) {
+void SlurmBackend::release_held(std::vector<SlurmEvent>* events) {
   // A victim still completing is held only once it is back in the queue: wait for it, briefly.
   for (int pass = 0; pass < 30; ++pass) {
     ClusterState st;
-    if (!Observe(&st, events).ok()) return;
-    ReleaseVictims(true, events);
+    if (!observe(&st, events).ok()) return;
+    release_victims(true, events);
     bool waiting = false;
     for (const auto& [id, t] : tracked_) waiting |= t.held_at != 0;
     if (!waiting) return;
@@ -276,8 +276,8 @@ void SlurmBackend::ReleaseHeld(std::vector<SlurmEvent>* events) {
   }
 }
 
-Status SlurmBackend::Tick(bool execute, Decisions* d, ClusterState* st, std::vector<SlurmEvent>* events) {
-  PREEMPT_RETURN_IF_ERROR(Observe(st, events));
+Status SlurmBackend::tick(bool execute, Decisions* d, ClusterState* st, std::vector<SlurmEvent>* events) {
+  PREEMPT_RETURN_IF_ERROR(observe(st, events));
   *d = Decide(*st, opt_.policy);
   if (!execute) {
     for (const JobAction& a : d->actions) DecideEvent(a, st->now, events);
@@ -287,8 +287,8 @@ Status SlurmBackend::Tick(bool execute, Decisions* d, ClusterState* st, std::vec
   SlurmExecutor executor(opt_, hints_path_, events);
   // An action that failed is reported as an event by the executor and decided again next pass.
   (void)ExecuteDecisions(*d, st->now, &executor, st, &next_request_);
-  Remember(before, *st);
-  ReleaseVictims(false, events);
+  remember(before, *st);
+  release_victims(false, events);
   return Status::OK();
 }
 

@@ -42,18 +42,18 @@ bool Finished(const std::string& state) {
          state == "NODE_FAIL";
 }
 // Waits until the job has finished (COMPLETED / FAILED / ...); false on timeout.
-bool WaitDone(const std::string& id, double timeout_s) {
+bool wait_done(const std::string& id, double timeout_s) {
   return WaitFor(timeout_s, [&] { return Finished(JobState(id)); });
 }
 // Waits until a requeued job is pending. SLURM holds it back for the credential lifetime
 // (cred_expire=10 on the test cluster); starting it earlier (StartTime=now) makes slurmd refuse
 // it ("Job credential revoked") and the job fails.
-void ReleaseWhenPending(const std::string& id) {
+void release_when_pending(const std::string& id) {
   WaitFor(60, [&] { return JobState(id) == "PENDING"; });
 }
 
 // An uninterrupted run of `world` ranks of the example trainer in dir/ref; returns rank 0's stdout.
-std::string Reference(const TempDir& dir, const std::string& args, int world, const std::string& loss_log) {
+std::string reference(const TempDir& dir, const std::string& args, int world, const std::string& loss_log) {
   std::string rdzv = dir / "ref.rdzv", cmd;
   for (int r = 0; r < world; ++r)
     cmd += Trainer() + " --dir " + (dir / "ref") + " " + args + " --rank " + std::to_string(r) + " --world " +
@@ -115,7 +115,7 @@ class SlurmE2E : public ::testing::Test {
   void TearDown() override {
     for (const auto& id : jobs_) Sh("scancel " + id + " >/dev/null 2>&1");
   }
-  std::string Submit(const std::string& args, const std::string& script) {
+  std::string submit(const std::string& args, const std::string& script) {
     std::string id = Sbatch(args, script);
     if (!id.empty()) jobs_.push_back(id);
     return id;
@@ -148,7 +148,7 @@ TEST_F(SlurmE2E, PreemptedLowJobsCommitInsideGraceTimeAreRequeuedAndResumeBitwis
     setenv("CKPT_DIR", (dir_ / "py-ckpt").c_str(), 1);
     setenv("TRAIN_PY", train.c_str(), 1);
     setenv("PREEMPT_HINTS_FILE", (dir_ / "py-hints.json").c_str(), 1);
-    py = Submit("-p low --gres=gpu:2 -o " + (dir_ / "py.out") + " " + SourceDir() +
+    py = submit("-p low --gres=gpu:2 -o " + (dir_ / "py.out") + " " + SourceDir() +
                     "/examples/slurm/train-python.sbatch" + py_args + " --sleep-ms 50",
                 "");
     for (const char* v : {"CKPT_DIR", "TRAIN_PY", "PREEMPT_HINTS_FILE"}) unsetenv(v);
@@ -158,15 +158,15 @@ TEST_F(SlurmE2E, PreemptedLowJobsCommitInsideGraceTimeAreRequeuedAndResumeBitwis
   }
 
   const std::string args = "--steps 1500 --every 300";
-  auto cpp_ref = std::async(std::launch::async, [&] { return Reference(dir_, args, 1, dir_ / "ref.loss"); });
+  auto cpp_ref = std::async(std::launch::async, [&] { return reference(dir_, args, 1, dir_ / "ref.loss"); });
   WriteScript(dir_ / "low.sh", "#!/bin/bash\nexport PREEMPT_GRACE_S=20\nexec " + Trainer() + " --dir " +
                                    (dir_ / "ckpt") + " " + args + " --sleep-ms 30 --loss-log " + (dir_ / "loss") +
                                    " --hints " + (dir_ / "hints.json") + "\n");
-  std::string low = Submit("-p low --gres=gpu:2 --open-mode=append -o " + (dir_ / "low.out"), dir_ / "low.sh");
+  std::string low = submit("-p low --gres=gpu:2 --open-mode=append -o " + (dir_ / "low.out"), dir_ / "low.sh");
   ASSERT_FALSE(low.empty());
   ASSERT_TRUE(WaitFor(60, [&] { return ReadInt(dir_ / "ckpt/.rank0.progress") >= 120; }))
       << "low job did not train: " << JobState(low);
-  std::string high = Submit("-p high --gres=gpu:4 -o /dev/null --wrap 'sleep 1'", "");
+  std::string high = submit("-p high --gres=gpu:4 -o /dev/null --wrap 'sleep 1'", "");
   ASSERT_FALSE(high.empty());
   for (const std::string& id : {low, py}) {
     if (id.empty()) continue;
@@ -174,8 +174,8 @@ TEST_F(SlurmE2E, PreemptedLowJobsCommitInsideGraceTimeAreRequeuedAndResumeBitwis
   }
   for (const std::string& id : {low, py}) {
     if (id.empty()) continue;
-    ReleaseWhenPending(id);
-    ASSERT_TRUE(WaitDone(id, 150)) << JobState(id);
+    release_when_pending(id);
+    ASSERT_TRUE(wait_done(id, 150)) << JobState(id);
     EXPECT_EQ(JobState(id), "COMPLETED") << id;
   }
   EXPECT_EQ(JobState(high), "COMPLETED");
@@ -214,13 +214,13 @@ TEST_F(SlurmE2E, PreemptedLowJobsCommitInsideGraceTimeAreRequeuedAndResumeBitwis
 // that signals both tasks; the third run finishes.
 TEST_F(SlurmE2E, SrunTasksTakeRankFromSlurmAndStopTogetherOnOneOrAllSignals) {
   const std::string args = "--steps 300 --every 100";
-  std::string ref_out = Reference(dir_, args, 2, dir_ / "ref.loss");
+  std::string ref_out = reference(dir_, args, 2, dir_ / "ref.loss");
   WriteScript(dir_ / "srun.sh",
               "#!/bin/bash\nexport PREEMPT_GRACE_S=20\nsrun --kill-on-bad-exit=0 bash -c 'exec " + Trainer() +
                   " --dir " + (dir_ / "ckpt") + " " + args + " --sleep-ms 40 --loss-log " + (dir_ / "loss") +
                   " --rank $SLURM_PROCID --world $SLURM_NTASKS --rendezvous " + (dir_ / "rdzv") +
                   ".$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}'\n");
-  std::string id = Submit("-p low -n 2 --gres=gpu:2 --open-mode=append -o " + (dir_ / "srun.out"), dir_ / "srun.sh");
+  std::string id = submit("-p low -n 2 --gres=gpu:2 --open-mode=append -o " + (dir_ / "srun.out"), dir_ / "srun.sh");
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(WaitFor(60, [&] { return ReadInt(dir_ / "ckpt/.rank1.progress") >= 60; })) << JobState(id);
   // One task only: the rank-1 trainer of this job.
@@ -237,13 +237,13 @@ TEST_F(SlurmE2E, SrunTasksTakeRankFromSlurmAndStopTogetherOnOneOrAllSignals) {
   // The operator requeues; the next run is preempted by a high job (SIGTERM to both tasks).
   WaitFor(30, [&] { std::string s = JobState(id); return s != "RUNNING" && s != "COMPLETING"; });
   Sh("scontrol requeue " + id + " 2>&1");
-  ReleaseWhenPending(id);
+  release_when_pending(id);
   ASSERT_TRUE(WaitFor(60, [&] { return LinesStartingWith(ReadFileOrDie(dir_ / "srun.out"), "rank 1 start step ").size() == 2; }));
   SleepS(2);
-  std::string high = Submit("-p high --gres=gpu:4 -o /dev/null --wrap 'sleep 1'", "");
+  std::string high = submit("-p high --gres=gpu:4 -o /dev/null --wrap 'sleep 1'", "");
   ASSERT_TRUE(WaitFor(60, [&] { return JobRestarts(id) >= 2; })) << JobState(id);
-  ReleaseWhenPending(id);
-  ASSERT_TRUE(WaitDone(id, 120)) << JobState(id);
+  release_when_pending(id);
+  ASSERT_TRUE(wait_done(id, 120)) << JobState(id);
   EXPECT_EQ(JobState(id), "COMPLETED");
   out = ReadFileOrDie(dir_ / "srun.out");
   EXPECT_EQ(LinesStartingWith(out, "rank 0 stopped at step ").size(), 2u) << out;
@@ -262,15 +262,15 @@ TEST_F(SlurmE2E, WallTimeSignalCheckpointsAndRequeuesTheJobItself) {
   const TempDir& d = *w.dir;
   const std::string id = w.id;
   jobs_.push_back(id);
-  std::string ref_out = Reference(dir_, kWallTimeArgs, 1, dir_ / "ref.loss");
+  std::string ref_out = reference(dir_, kWallTimeArgs, 1, dir_ / "ref.loss");
   ASSERT_TRUE(WaitFor(150, [&] { return JobRestarts(id) >= 1 || JobState(id) == "COMPLETED"; }))
       << "no self-requeue: " << JobState(id);
   for (int i = 0; i < 3 && JobState(id) != "COMPLETED"; ++i) {
-    ReleaseWhenPending(id);
+    release_when_pending(id);
     WaitFor(30, [&] { return JobState(id) != "PENDING"; });
     WaitFor(75, [&] { return JobState(id) == "COMPLETED" || JobState(id) == "PENDING"; });
   }
-  ASSERT_TRUE(WaitDone(id, 30)) << JobState(id);
+  ASSERT_TRUE(wait_done(id, 30)) << JobState(id);
   EXPECT_EQ(JobState(id), "COMPLETED");
   EXPECT_GE(JobRestarts(id), 1) << "the job must have requeued itself at least once";
   std::string out = ReadFileOrDie(d / "walltime.out");

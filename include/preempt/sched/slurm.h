@@ -88,13 +88,13 @@ class SlurmBackend {
   explicit SlurmBackend(SlurmBackendOptions options);
   // Reads the cluster and the hints into a ClusterState (jobs it asked to checkpoint or evicted
   // keep their phase); warnings for grace needs above the partition's GraceTime / KillWait.
-  Status Observe(ClusterState* out, std::vector<SlurmEvent>* events);
+  Status observe(ClusterState* out, std::vector<SlurmEvent>* events);
   // Observe + Decide; with `execute`, carries the decisions out and releases held victims whose
   // preemptor is no longer pending. Events describe both.
-  Status Tick(bool execute, Decisions* decisions, ClusterState* state, std::vector<SlurmEvent>* events);
+  Status tick(bool execute, Decisions* decisions, ClusterState* state, std::vector<SlurmEvent>* events);
   // Releases every victim this backend holds, waiting up to ~15 s for victims still completing
   // to be back in the queue: call before exiting.
-  void ReleaseHeld(std::vector<SlurmEvent>* events);
+  void release_held(std::vector<SlurmEvent>* events);
 
  private:
   struct Tracked {
@@ -109,10 +109,10 @@ class SlurmBackend {
     std::string held_for;  // requeued and held for this preemptor ("" with held_at 0: not held)
     double held_at = 0;
   };
-  PriorityClass ClassOf(const std::string& partition) const;
-  void WarnGrace(const SlurmJob& sj, const Job& j, std::vector<SlurmEvent>* events);
-  void Remember(const ClusterState& before, const ClusterState& after);
-  void ReleaseVictims(bool all, std::vector<SlurmEvent>* events);
+  PriorityClass class_of(const std::string& partition) const;
+  void warn_grace(const SlurmJob& sj, const Job& j, std::vector<SlurmEvent>* events);
+  void remember(const ClusterState& before, const ClusterState& after);
+  void release_victims(bool all, std::vector<SlurmEvent>* events);
 
   SlurmBackendOptions opt_;
   std::vector<SlurmPartition> partitions_;
