@@ -18,6 +18,8 @@
 # --quick: 64 MiB sizes, fio at 64 MiB, sub-benchmarks with --quick; writes
 #   benchmarks/results/quick.json (not latest.json) unless --out is given. Meant for smoke tests (< 60 s).
 # --reps N: store and torch saves/restores repeated N times, medians reported (default 1).
+# Not run here: the SLURM benchmark (lost work with SLURM's preemption vs preempt-slurm-sched, on a
+# private test cluster; root, ~8 min): benchmarks/slurm/slurm_bench.py, see docs/slurm.md.
 # Sub-benchmarks see PREEMPT_BENCH_DIR, PREEMPT_BENCH_FIO_{WRITE,READ}_GBPS (this run's fio
 # bandwidths, GB/s) and, in quick mode only, PREEMPT_BENCH_QUICK=1 in their environment.
 set -euo pipefail
@@ -36,7 +38,7 @@ reps=""
 cold_mode=drop   # how reads are made cold; --quick: evict (see drop_caches below)
 py=/usr/bin/python3
 
-usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build-dir) build_dir="$2"; shift 2 ;;

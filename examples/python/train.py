@@ -14,6 +14,7 @@ the same whether or not the run was interrupted.
 import argparse
 import hashlib
 import os
+import signal
 import sys
 import time
 
@@ -21,6 +22,14 @@ import torch
 import torch.distributed as dist
 
 import preempt
+
+
+def ignore_stop_signals(_worker_id):
+    """DataLoader workers leave the stop to the trainer. A cluster scheduler (SLURM's preemption)
+    signals every process of the job; a worker killed by SIGTERM would make the next batch raise
+    in the trainer before it could commit."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 
 def main():
@@ -42,7 +51,8 @@ def main():
     model = torch.nn.parallel.DistributedDataParallel(net) if dist.is_initialized() else net
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(optim, T_max=args.steps)
-    loader = preempt.ResumableLoader(data, batch_size=32, shuffle=True, seed=1, num_workers=2)
+    loader = preempt.ResumableLoader(data, batch_size=32, shuffle=True, seed=1, num_workers=2,
+                                     worker_init_fn=ignore_stop_signals)
     torch.manual_seed(1000 + rank)
 
     rt = preempt.Runtime(args.dir, every_steps=args.every)

@@ -7,7 +7,8 @@
 #   scripts/slurm/cluster.sh down DIR          # stop the daemons by their pid files (idempotent)
 #   scripts/slurm/cluster.sh check             # exit 0 when root and the SLURM/munge binaries exist
 #
-# The node has GPUS (default 4) fake GPUs (`gres.conf`: AutoDetect=off, one empty file per GPU)
+# The node has GPUS (default 4) fake GPUs (`gres.conf`: AutoDetect=off, one empty file per GPU),
+# $CPUS CPUs (default: the cores, at least 8)
 # and three partitions sharing it: `low` (PriorityTier=1, PreemptMode=REQUEUE, GraceTime=$GRACE_S,
 # default 20: SLURM preempts it), `advised` (PriorityTier=1, PreemptMode=OFF: only the scheduler
 # backend preempts it, with `scontrol requeue`) and `high` (PriorityTier=10);
@@ -60,7 +61,9 @@ down() {
 write_config() {
   local gpus=$1 grace=$2 port=$3 host cpus mem
   host=$(hostname -s)
-  cpus=$(( $(nproc) > 8 ? $(nproc) : 8 ))   # config_overrides: more CPUs than cores is fine for tests
+  # config_overrides: more CPUs than cores is fine for tests (CPUS overrides, e.g. for many jobs)
+  cpus=${CPUS:-$(( $(nproc) > 8 ? $(nproc) : 8 ))}
+  [[ $cpus =~ ^[1-9][0-9]*$ ]] || { echo "cluster.sh: CPUS '$cpus' must be a positive integer" >&2; return 2; }
   mem=$(awk '/MemTotal/ {print int($2/1024/2)}' /proc/meminfo)
   mkdir -p "$dir"/{etc,run,state,spool,log,munge,gpu}
   for i in $(seq 0 $((gpus - 1))); do : >"$dir/gpu/gpu$i"; done

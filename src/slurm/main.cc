@@ -2,7 +2,8 @@
 //
 //   preempt-slurm-sched plan  [options]   one pass: print the decisions with their reasons; acts on nothing
 //   preempt-slurm-sched watch [options]   every --interval seconds: decide and act (checkpoint
-//                                         requests, `scontrol requeue`) until --timeout or SIGINT/SIGTERM
+//                                         requests, `scontrol requeuehold`/`release`) until --timeout
+//                                         or SIGINT/SIGTERM; on exit it releases the victims it holds
 #include <signal.h>
 
 #include <atomic>
@@ -131,5 +132,9 @@ int main(int argc, char** argv) {
     for (double slept = 0; slept < interval_s && !g_stop; slept += 0.1)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  // Victims held for a preemptor would otherwise stay held after the backend is gone.
+  std::vector<SlurmEvent> events;
+  backend.release_held(&events);
+  for (const auto& e : events) Print(e, t0);
   return 0;
 }

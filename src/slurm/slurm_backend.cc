@@ -1,9 +1,12 @@
 // The SLURM executor of sched::Decide(): observe (squeue/scontrol + hints), decide, act
-// (checkpoint request file, `scontrol requeue`). See include/preempt/sched/slurm.h.
+// (checkpoint request file, `scontrol requeuehold` / `release`). See include/preempt/sched/slurm.h.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "preempt/hints.h"
+#include "preempt/sched/executor.h"
 #include "preempt/sched/slurm.h"
 #include "preempt/slurm_env.h"
 
@@ -15,6 +18,76 @@ std::string Fixed(double v, int digits = 1) {
   snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
 }
+
+void DecideEvent(const JobAction& a, double now, std::vector<SlurmEvent>* events) {
+  events->push_back({now, "decide", a.job,
+                     std::string(ActionKindName(a.kind)) + (a.for_job.empty() ? "" : " for " + a.for_job) + " # " +
+                         a.reason});
+}
+
+// What Decide()'s actions mean on a SLURM cluster (executor.h). The lifecycle bookkeeping
+// (phases, request ids, the per-partition history) is ApplyDecision's; this class only acts and
+// reports each action as events.
+class SlurmExecutor final : public Executor {
+ public:
+  SlurmExecutor(const SlurmBackendOptions& opt, const std::map<std::string, std::string>& hints_path,
+                std::vector<SlurmEvent>* events)
+      : opt_(opt), hints_path_(hints_path), events_(events) {}
+
+  // SLURM starts a job itself once its GPUs are free.
+  Status start(const Job&, const JobAction& a) override {
+    DecideEvent(a, NowUnix(), events_);
+    return Status::OK();
+  }
+
+  Status request_checkpoint(const Job& j, int64_t request_id, const JobAction& a) override {
+    DecideEvent(a, NowUnix(), events_);
+    auto it = hints_path_.find(j.id);
+    if (it == hints_path_.end() || it->second.empty())
+      return report(j.id, Status(StatusCode::kInvalidArgument, "job " + j.id + ": no hints location"));
+    CheckpointRequest req;
+    req.id = request_id;
+    PREEMPT_RETURN_IF_ERROR(report(j.id, WriteCheckpointRequest(it->second + ".request", req)));
+    events_->push_back({NowUnix(), "request", j.id,
+                        "checkpoint request " + std::to_string(request_id) + " for " + a.for_job});
+    return Status::OK();
+  }
+
+  // `scontrol requeuehold`: SLURM sends SIGTERM, SIGKILL after KillWait, and puts the job back
+  // in the queue, held until its preemptor runs (SlurmBackend::ReleaseVictims), so that SLURM
+  // does not start it again on the GPUs freed for the preemptor. action.grace_s == 0 (kill at
+  // once: the commit the job resumes from is durable, or a save would lose more than it keeps):
+  // SIGKILL to every process of the job first, then the requeue.
+  Status evict(const Job& j, const JobAction& a) override {
+    DecideEvent(a, NowUnix(), events_);
+    std::string out;
+    const bool kill = a.grace_s == 0;
+    if (kill)
+      PREEMPT_RETURN_IF_ERROR(report(
+          j.id, RunCommand({opt_.scancel, "--signal=KILL", "--full", j.id}, opt_.command_timeout_s, &out)));
+    Status s;
+    // A killed job may be refused for a moment while SLURM completes it.
+    for (int attempt = 0; attempt < (kill ? 20 : 1); ++attempt) {
+      if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      s = RunCommand({opt_.scontrol, "requeuehold", j.id}, opt_.command_timeout_s, &out);
+      if (s.ok()) break;
+    }
+    PREEMPT_RETURN_IF_ERROR(report(j.id, s));
+    events_->push_back({NowUnix(), "requeue", j.id,
+                        std::string(kill ? "SIGKILL, " : "") + "scontrol requeuehold for " + a.for_job});
+    return Status::OK();
+  }
+
+ private:
+  Status report(const std::string& job, Status s) {
+    if (!s.ok()) events_->push_back({NowUnix(), "error", job, s.to_string()});
+    return s;
+  }
+
+  const SlurmBackendOptions& opt_;
+  const std::map<std::string, std::string>& hints_path_;
+  std::vector<SlurmEvent>* events_;
+};
 
 }  // namespace
 
@@ -87,15 +160,18 @@ Status SlurmBackend::observe(ClusterState* st, std::vector<SlurmEvent>* events) 
     j.gpus = sj.gpus;
     j.submit_time = sj.submit_unix;
     Tracked& t = tracked_[sj.id];
+    j.last_preempted = t.last_preempted;
+    j.preemptions = t.preemptions;
     if (pending && t.phase == JobPhase::kEvicting) {  // our requeue went through
+      RequeueAfterExit(s.now, &j);
       t.phase = JobPhase::kRunning;
-      t.last_preempted = s.now;
-      t.preemptions++;
-      history_.push_back({s.now, sj.partition, 0});
+      t.request_id = 0;
+      t.preemptor.clear();
+      t.last_preempted = j.last_preempted;
+      t.preemptions = j.preemptions;
       events->push_back({s.now, "requeued", sj.id, "back in the queue (restart " + std::to_string(sj.restarts) + ")"});
     }
-    j.last_preempted = t.last_preempted;
-    j.preemptions = std::max(t.preemptions, sj.restarts);
+    j.preemptions = std::max(j.preemptions, sj.restarts);
     if (placed) {
       j.phase = sj.state == "COMPLETING" ? JobPhase::kEvicting : JobPhase::kRunning;
       for (size_t n = 0; n < s.nodes.size(); ++n)
@@ -127,52 +203,92 @@ Status SlurmBackend::observe(ClusterState* st, std::vector<SlurmEvent>* events) 
   }
   s.history = history_;
   *st = std::move(s);
+  last_jobs_ = std::move(jobs);
   return Status::OK();
 }
 
-Status SlurmBackend::carry_out(const JobAction& a, const ClusterState& st, std::vector<SlurmEvent>* events) {
-  double now = NowUnix();
-  Tracked& t = tracked_[a.job];
-  switch (a.kind) {
-    case ActionKind::kStart:
-      return Status::OK();  // SLURM starts it once its GPUs are free
-    case ActionKind::kRequestCheckpoint: {
-      const std::string& hints = hints_path_[a.job];
-      if (hints.empty()) return Status(StatusCode::kInvalidArgument, "job " + a.job + ": no hints location");
-      CheckpointRequest req;
-      req.id = ++next_request_;
-      PREEMPT_RETURN_IF_ERROR(WriteCheckpointRequest(hints + ".request", req));
-      t.phase = JobPhase::kCheckpointing;
-      t.request_id = req.id;
-      t.request_time = now;
-      t.preemptor = a.for_job;
-      t.acked = false;
-      events->push_back({now, "request", a.job, "checkpoint request " + std::to_string(req.id) + " for " + a.for_job});
-      return Status::OK();
+void SlurmBackend::release_victims(bool all, std::vector<SlurmEvent>* events) {
+  std::map<std::string, std::string> state;
+  for (const SlurmJob& sj : last_jobs_) state[sj.id] = sj.state;
+  const double now = NowUnix();
+  for (auto& [id, t] : tracked_) {
+    if (t.phase == JobPhase::kEvicting || t.held_at == 0) continue;
+    auto it = state.find(id);
+    const bool pending = it != state.end() && (it->second == "PENDING" || it->second == "REQUEUE_HOLD");
+    if (!pending) {  // gone, or someone released it already
+      if (it == state.end() || it->second == "RUNNING") {
+        t.held_for.clear();
+        t.held_at = 0;
+      }
+      continue;
     }
-    case ActionKind::kEvict: {
-      std::string out;
-      PREEMPT_RETURN_IF_ERROR(RunCommand({opt_.scontrol, "requeue", a.job}, opt_.command_timeout_s, &out));
-      t.phase = JobPhase::kEvicting;
-      t.preemptor = a.for_job;
-      events->push_back({now, "requeue", a.job, "scontrol requeue for " + a.for_job});
-      return Status::OK();
+    auto p = state.find(t.held_for);
+    const bool preemptor_waits = p != state.end() && p->second == "PENDING";
+    std::string why;
+    if (all) why = "the backend stops";
+    else if (!preemptor_waits) why = "its preemptor " + t.held_for + " is no longer pending";
+    else if (now - t.held_at > opt_.hold_max_s) why = "held for " + Fixed(now - t.held_at, 0) + " s";
+    else continue;
+    std::string out;
+    Status s = RunCommand({opt_.scontrol, "release", id}, opt_.command_timeout_s, &out);
+    if (!s.ok()) {
+      events->push_back({now, "error", id, s.to_string()});
+      continue;
     }
+    events->push_back({now, "release", id, why});
+    t.held_for.clear();
+    t.held_at = 0;
   }
-  return Status::OK();
+}
+
+// Keeps what the lifecycle decided about each job for the next pass (the next Observe builds the
+// state from SLURM again): jobs that entered kCheckpointing or kEvicting, and the history.
+void SlurmBackend::remember(const ClusterState& before, const ClusterState& after) {
+  for (size_t k = 0; k < after.jobs.size(); ++k) {
+    const Job& j = after.jobs[k];
+    const Job& was = before.jobs[k];
+    if (j.phase == was.phase && j.request_id == was.request_id) continue;
+    if (j.phase != JobPhase::kCheckpointing && j.phase != JobPhase::kEvicting) continue;
+    Tracked& t = tracked_[j.id];
+    if (j.phase == JobPhase::kCheckpointing) t.acked = false;
+    if (j.phase == JobPhase::kEvicting) {
+      t.held_for = j.preemptor;
+      t.held_at = after.now;
+    }
+    t.phase = j.phase;
+    t.request_id = j.request_id;
+    t.request_time = j.request_time;
+    t.preemptor = j.preemptor;
+  }
+  history_ = after.history;
+}
+
+void SlurmBackend::release_held(std::vector<SlurmEvent>* events) {
+  // A victim still completing is held only once it is back in the queue: wait for it, briefly.
+  for (int pass = 0; pass < 30; ++pass) {
+    ClusterState st;
+    if (!observe(&st, events).ok()) return;
+    release_victims(true, events);
+    bool waiting = false;
+    for (const auto& [id, t] : tracked_) waiting |= t.held_at != 0;
+    if (!waiting) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
 }
 
 Status SlurmBackend::tick(bool execute, Decisions* d, ClusterState* st, std::vector<SlurmEvent>* events) {
   PREEMPT_RETURN_IF_ERROR(observe(st, events));
   *d = Decide(*st, opt_.policy);
-  for (const JobAction& a : d->actions) {
-    events->push_back({st->now, "decide", a.job,
-                       std::string(ActionKindName(a.kind)) + (a.for_job.empty() ? "" : " for " + a.for_job) + " # " +
-                           a.reason});
-    if (!execute) continue;
-    Status s = carry_out(a, *st, events);
-    if (!s.ok()) events->push_back({NowUnix(), "error", a.job, s.to_string()});
+  if (!execute) {
+    for (const JobAction& a : d->actions) DecideEvent(a, st->now, events);
+    return Status::OK();
   }
+  const ClusterState before = *st;
+  SlurmExecutor executor(opt_, hints_path_, events);
+  // An action that failed is reported as an event by the executor and decided again next pass.
+  (void)ExecuteDecisions(*d, st->now, &executor, st, &next_request_);
+  remember(before, *st);
+  release_victims(false, events);
   return Status::OK();
 }
 

@@ -1,10 +1,12 @@
 // The scheduler backend on a private SLURM cluster: two low jobs in the `advised` partition (only
 // the backend preempts it), one committing often (little uncommitted work), one never after its
 // start (much); a high job needs the GPUs of one of them. `preempt-slurm-sched watch` must ask the
-// cheaper one to checkpoint, requeue it only after its commit is acknowledged, and leave the
-// other alone; the high job then runs.
+// cheaper one to checkpoint, requeue it (killed at once: its commit is durable; held until the
+// high job runs) only after its commit is acknowledged, and leave the other alone; the high job
+// then runs and the victim resumes from the requested commit.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "slurm/slurm_util.h"
@@ -55,8 +57,20 @@ TEST(SlurmBackend, HighJobTakesTheVictimThatLosesLessAfterItsCheckpointCommits) 
   EXPECT_TRUE(WaitFor(30, [&] { return JobState(high) == "COMPLETED"; })) << JobState(high) << "\n" << watch;
   EXPECT_GE(JobRestarts(often), 1);
   EXPECT_EQ(JobRestarts(never), 0);
-  std::string out = ReadFileOrDie(dir / "often.out");
-  EXPECT_NE(out.find("committed=1"), std::string::npos) << out;
+  // Its commit was durable: it was killed at once (no second save), held until the high job ran,
+  // released when watch exited, and its next run resumes from the requested commit.
+  EXPECT_NE(watch.find("SIGKILL, scontrol requeuehold for " + high, requeue), std::string::npos) << watch;
+  EXPECT_NE(watch.find("release  " + often), std::string::npos) << watch;
+  std::string committed = watch.substr(ack);
+  committed = committed.substr(committed.find("committed at step ") + 18);
+  committed = committed.substr(0, committed.find('\n'));
+  EXPECT_TRUE(WaitFor(60, [&] {
+    return LinesStartingWith(ReadFileOrDie(dir / "often.out"), "rank 0 start step ").size() >= 2;
+  })) << JobState(often);
+  auto starts = LinesStartingWith(ReadFileOrDie(dir / "often.out"), "rank 0 start step ");
+  ASSERT_GE(starts.size(), 2u);
+  // (a periodic commit may have followed the requested one before the kill)
+  EXPECT_GE(std::atoll(starts[1].c_str() + 18), std::atoll(committed.c_str())) << starts[1] << " vs " << committed;
   Sh("scancel --user=root >/dev/null 2>&1");
 }
 

@@ -2,11 +2,15 @@
 //
 // Reads the cluster through SLURM's own commands (`squeue --json` for jobs; `scontrol show
 // partition -o`, `scontrol show node -o` and `scontrol show config` as text, since SLURM 22.05's
-// scontrol has no JSON output), each job's hints file, and acts through SLURM:
+// scontrol has no JSON output), each job's hints file, and acts through SLURM with an Executor
+// (sched/executor.h; the phases and the per-partition history follow the shared ApplyDecision):
 //   * kRequestCheckpoint: writes the job's checkpoint-request file (<hints>.request); the runtime
 //     checkpoints without stopping and acknowledges in its hints once the commit is durable;
-//   * kEvict: `scontrol requeue <job>`: SLURM sends SIGTERM, SIGKILL after KillWait, and puts the
-//     job back in the queue; the job resumes from its checkpoint when it starts again;
+//   * kEvict: `scontrol requeuehold <job>`: SLURM sends SIGTERM, SIGKILL after KillWait, and puts
+//     the job back in the queue, held until its preemptor has started (then `scontrol release`),
+//     so that SLURM does not restart it on the GPUs freed for the preemptor; the job resumes from
+//     its checkpoint when it starts again. A kill at once (JobAction::grace_s == 0) sends SIGKILL
+//     first (`scancel --signal=KILL --full`);
 //   * kStart: nothing; SLURM starts jobs itself once their GPUs are free.
 // Victims are chosen only by this backend: the partitions it manages have PreemptMode=OFF, so
 // SLURM's own preemption (which picks victims by its tiers, without any notion of lost work)
@@ -65,7 +69,9 @@ struct SlurmBackendOptions {
   // Partition → class; partitions not listed: the highest PriorityTier is high, the lowest low,
   // any between medium.
   std::map<std::string, PriorityClass> partition_class;
-  std::string squeue = "squeue", scontrol = "scontrol";
+  std::string squeue = "squeue", scontrol = "scontrol", scancel = "scancel";
+  // A victim is held at most this long when its preemptor still cannot start.
+  double hold_max_s = 300;
   double command_timeout_s = 20;
 };
 
@@ -83,8 +89,12 @@ class SlurmBackend {
   // Reads the cluster and the hints into a ClusterState (jobs it asked to checkpoint or evicted
   // keep their phase); warnings for grace needs above the partition's GraceTime / KillWait.
   Status observe(ClusterState* out, std::vector<SlurmEvent>* events);
-  // Observe + Decide; with `execute`, carries the decisions out. Events describe both.
+  // Observe + Decide; with `execute`, carries the decisions out and releases held victims whose
+  // preemptor is no longer pending. Events describe both.
   Status tick(bool execute, Decisions* decisions, ClusterState* state, std::vector<SlurmEvent>* events);
+  // Releases every victim this backend holds, waiting up to ~15 s for victims still completing
+  // to be back in the queue: call before exiting.
+  void release_held(std::vector<SlurmEvent>* events);
 
  private:
   struct Tracked {
@@ -95,18 +105,21 @@ class SlurmBackend {
     bool acked = false;
     double last_preempted = -1e300;
     int preemptions = 0;
-    int restarts_at_evict = -1;
     bool grace_warned = false;
+    std::string held_for;  // requeued and held for this preemptor ("" with held_at 0: not held)
+    double held_at = 0;
   };
   PriorityClass class_of(const std::string& partition) const;
   void warn_grace(const SlurmJob& sj, const Job& j, std::vector<SlurmEvent>* events);
-  Status carry_out(const JobAction& a, const ClusterState& st, std::vector<SlurmEvent>* events);
+  void remember(const ClusterState& before, const ClusterState& after);
+  void release_victims(bool all, std::vector<SlurmEvent>* events);
 
   SlurmBackendOptions opt_;
   std::vector<SlurmPartition> partitions_;
   double kill_wait_s_ = 30;
   std::map<std::string, Tracked> tracked_;
   std::map<std::string, std::string> hints_path_;
+  std::vector<SlurmJob> last_jobs_;
   std::vector<PreemptionRecord> history_;
   int64_t next_request_ = 0;
 };
