@@ -269,10 +269,10 @@ std::string EncodeManifest(const Manifest& m) {
 
 namespace {
 
-// Version 2 chunk locations: own chunks packed in chunk order from offset 0 (each padded to
-// 4 KiB) and filling exactly file_bytes; references name an older step at a 4 KiB-aligned
-// offset whose end does not overflow. Whether the referenced file holds it is checked against
-// the file system (store_internal::CheckDataFiles).
+// Version 2 chunk locations: own chunks tile [0, file_bytes) exactly, each padded to 4 KiB (in
+// any order); references name an older step at a 4 KiB-aligned offset whose end does not
+// overflow. Whether the referenced file holds it is checked against the file system
+// (store_internal::CheckReferences).
 Status CheckChunkLocations(const Manifest& m, const std::string& file) {
   const uint64_t chunks = m.chunk_xxh3.size();
   auto bad = [&](const std::string& field, uint64_t c, const std::string& why) {
@@ -283,16 +283,13 @@ Status CheckChunkLocations(const Manifest& m, const std::string& file) {
                                                "/" + std::to_string(m.chunk_offset.size()) + " entries, expected " +
                                                std::to_string(chunks));
   }
-  uint64_t own_end = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> own;  // (offset, chunk)
   for (uint64_t c = 0; c < chunks; ++c) {
     const uint64_t padded = AlignUp(ChunkLength(m, c), kMinChunkBytes);
     const int64_t s = m.chunk_step[c];
     const uint64_t off = m.chunk_offset[c];
     if (s == m.step) {
-      if (off != own_end) {
-        return bad("chunk_offset", c, "is " + std::to_string(off) + "; this step's chunks are packed, expected " + std::to_string(own_end));
-      }
-      own_end += padded;
+      own.emplace_back(off, c);
       continue;
     }
     if (s < 0 || s > m.step) {
@@ -301,6 +298,15 @@ Status CheckChunkLocations(const Manifest& m, const std::string& file) {
     if (off % kMinChunkBytes || off > std::numeric_limits<uint64_t>::max() - padded) {
       return bad("chunk_offset", c, "is " + std::to_string(off) + " (not 4 KiB-aligned or out of range)");
     }
+  }
+  std::sort(own.begin(), own.end());
+  uint64_t own_end = 0;
+  for (const auto& [off, c] : own) {
+    if (off != own_end) {
+      return bad("chunk_offset", c, "is " + std::to_string(off) + "; this step's chunks tile its data file, expected " +
+                                        std::to_string(own_end));
+    }
+    own_end += AlignUp(ChunkLength(m, c), kMinChunkBytes);
   }
   if (m.file_bytes != own_end) {
     return Status(StatusCode::kCorruption, file + ": field file_bytes is " + std::to_string(m.file_bytes) +

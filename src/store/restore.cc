@@ -192,6 +192,9 @@ Status Store::Impl::restore_step(int64_t step, const std::vector<RestoreTarget>&
   // One pass per data file: this step's own, then each older step's whose chunks it references.
   std::map<int64_t, std::vector<uint64_t>> chunks_by_step;
   for (uint64_t ci = 0; ci < m.chunk_xxh3.size(); ++ci) chunks_by_step[m.chunk_step[ci]].push_back(ci);
+  for (auto& [holder, chunks] : chunks_by_step) {  // sequential reads within each file
+    std::sort(chunks.begin(), chunks.end(), [&](uint64_t a, uint64_t b) { return m.chunk_offset[a] < m.chunk_offset[b]; });
+  }
   if (chunks_by_step.empty()) chunks_by_step[step];  // the own file is opened even when empty
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), &XXH3_freeState);
   for (auto group = chunks_by_step.rbegin(); group != chunks_by_step.rend(); ++group) {

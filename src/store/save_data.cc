@@ -1,8 +1,10 @@
 // Store saves, data part: one rank's data file and manifest. Each chunk of the items' layout is
 // checksummed; an unchanged chunk (same length and XXH3 as the same chunk of the dedup base) is
-// referenced where the base found it, every other chunk is appended to this step's data file.
+// referenced where the base found it, every other chunk is appended to this step's data file
+// (those expected to change first, see InPlaceHashes).
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "store/store_impl.h"
 
@@ -94,6 +96,45 @@ bool SameChunk(const Manifest* base, const Manifest& m, uint64_t c) {
          format::ChunkLength(*base, c) == format::ChunkLength(m, c);
 }
 
+// Hashes, in place, the chunks expected unchanged, on helper threads, while the save thread
+// writes the others; the save thread then helps with what is left (finish()).
+class InPlaceHashes {
+ public:
+  InPlaceHashes(const LayoutBytes& bytes, const Manifest& m, std::vector<uint64_t> chunks, const std::atomic<bool>& cancelled)
+      : bytes_(bytes), m_(m), cancelled_(cancelled), chunks_(std::move(chunks)), hashes_(chunks_.size()) {
+    const unsigned hw = std::max(2u, std::thread::hardware_concurrency());
+    const size_t threads = std::min<size_t>({kMaxHashThreads, hw - 1, chunks_.size() / 2});
+    for (size_t t = 0; t < threads; ++t) workers_.emplace_back([this] { work(); });
+  }
+  ~InPlaceHashes() { finish(); }
+  // Hashes what no helper took yet on the calling thread, then waits for the helpers.
+  void finish() {
+    work();
+    for (auto& w : workers_) w.join();
+    workers_.clear();
+  }
+  // The chunks, ascending, and (after finish) their checksums.
+  const std::vector<uint64_t>& chunks() const { return chunks_; }
+  uint64_t hash(size_t i) const { return hashes_[i]; }
+
+ private:
+  static constexpr size_t kMaxHashThreads = 4;
+  void work() {
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> h(XXH3_createState(), &XXH3_freeState);
+    for (size_t i = next_++; i < chunks_.size() && !cancelled_.load(std::memory_order_relaxed); i = next_++) {
+      const uint64_t begin = chunks_[i] * m_.chunk_bytes;
+      hashes_[i] = bytes_.Hash(begin, begin + format::ChunkLength(m_, chunks_[i]), h.get());
+    }
+  }
+  const LayoutBytes& bytes_;
+  const Manifest& m_;
+  const std::atomic<bool>& cancelled_;
+  const std::vector<uint64_t> chunks_;
+  std::vector<uint64_t> hashes_;
+  std::atomic<size_t> next_{0};
+  std::vector<std::thread> workers_;
+};
+
 }  // namespace
 
 Status Store::Impl::write_rank_files(SaveJob* job, const std::string& tmp_dir, SaveStats* stats, uint64_t* manifest_xxh3,
@@ -137,7 +178,11 @@ Status Store::Impl::write_rank_files(SaveJob* job, const std::string& tmp_dir, S
     auto queue = engine_->open_queue(file.get());
     stats->backend = std::string(queue->backend_name()) + (direct ? "+direct" : "+buffered");
     io::Slot* slot = nullptr;  // acquired and not yet submitted: kept across referenced chunks
-    for (uint64_t c = 0; c < chunks; ++c) {
+    std::vector<uint64_t> expected_written, expected_unchanged;
+    for (uint64_t c = 0; c < chunks; ++c) (expect_unchanged(c) ? expected_unchanged : expected_written).push_back(c);
+    InPlaceHashes in_place(bytes, m, std::move(expected_unchanged), job->cancelled_);
+    // known_hash: the chunk's checksum computed in place (nullptr: not computed yet).
+    auto process = [&](uint64_t c, const uint64_t* known_hash) -> Status {
       if (job->cancelled_.load(std::memory_order_relaxed)) {
         (void)queue->drain(Deadline::Never());
         return Status(StatusCode::kAborted, "checkpoint step " + std::to_string(req.step) + " cancelled");
@@ -145,23 +190,18 @@ Status Store::Impl::write_rank_files(SaveJob* job, const std::string& tmp_dir, S
       const uint64_t begin = c * m.chunk_bytes;
       const uint64_t len = format::ChunkLength(m, c);
       const uint64_t payload = bytes.Payload(begin, begin + len);
+      job->written_.fetch_add(payload, std::memory_order_relaxed);
       auto reference = [&] {
         m.chunk_xxh3[c] = base->chunk_xxh3[c];
         m.chunk_step[c] = base->chunk_step[c];
         m.chunk_offset[c] = base->chunk_offset[c];
         stats->referenced_bytes += payload;
-        job->written_.fetch_add(payload, std::memory_order_relaxed);
+        return Status::OK();
       };
-      if (expect_unchanged(c) && bytes.Hash(begin, begin + len, hash) == base->chunk_xxh3[c]) {
-        reference();
-        continue;
-      }
+      if (known_hash && *known_hash == base->chunk_xxh3[c]) return reference();
       if (slot == nullptr) PREEMPT_RETURN_IF_ERROR(queue->acquire(Deadline::Never(), &slot));
       const uint64_t h = bytes.CopyAndHash(begin, begin + len, slot->data, hash);
-      if (SameChunk(base, m, c) && h == base->chunk_xxh3[c]) {
-        reference();
-        continue;
-      }
+      if (SameChunk(base, m, c) && h == base->chunk_xxh3[c]) return reference();  // slot kept for the next chunk
       const uint64_t padded = AlignUp(len, kIoAlignment);
       if (padded > len) std::memset(slot->data + len, 0, padded - len);
       m.chunk_xxh3[c] = h;
@@ -170,7 +210,13 @@ Status Store::Impl::write_rank_files(SaveJob* job, const std::string& tmp_dir, S
       slot = nullptr;
       m.file_bytes += padded;
       stats->written_bytes += payload;
-      job->written_.fetch_add(payload, std::memory_order_relaxed);
+      return Status::OK();
+    };
+    for (uint64_t c : expected_written) PREEMPT_RETURN_IF_ERROR(process(c, nullptr));
+    in_place.finish();
+    for (size_t i = 0; i < in_place.chunks().size(); ++i) {
+      const uint64_t h = in_place.hash(i);
+      PREEMPT_RETURN_IF_ERROR(process(in_place.chunks()[i], &h));
     }
     stats->write_s = SecondsSince(t0);
     auto t1 = std::chrono::steady_clock::now();

@@ -15,6 +15,9 @@ namespace {
 void VerifyChunks(FileSystem* fs, const std::string& dir, const format::Manifest& m, VerifyResult* out) {
   std::map<int64_t, std::vector<uint64_t>> chunks_by_step;
   for (uint64_t ci = 0; ci < m.chunk_xxh3.size(); ++ci) chunks_by_step[m.chunk_step[ci]].push_back(ci);
+  for (auto& [holder, chunks] : chunks_by_step) {  // sequential reads within each file
+    std::sort(chunks.begin(), chunks.end(), [&](uint64_t a, uint64_t b) { return m.chunk_offset[a] < m.chunk_offset[b]; });
+  }
   AlignedBuffer buf(m.chunk_bytes, false);
   for (auto group = chunks_by_step.rbegin(); group != chunks_by_step.rend(); ++group) {
     const std::string dp = store_internal::ChunkFilePath(dir, m, group->second[0]);
