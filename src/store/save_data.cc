@@ -106,7 +106,11 @@ class InPlaceHashes {
     const size_t threads = std::min<size_t>({kMaxHashThreads, hw - 1, chunks_.size() / 2});
     for (size_t t = 0; t < threads; ++t) workers_.emplace_back([this] { work(); });
   }
-  ~InPlaceHashes() { finish(); }
+  // On an early return (an I/O error): the helpers stop at their next chunk.
+  ~InPlaceHashes() {
+    stop_.store(true, std::memory_order_relaxed);
+    for (auto& w : workers_) w.join();
+  }
   // Hashes what no helper took yet on the calling thread, then waits for the helpers.
   void finish() {
     work();
@@ -121,7 +125,8 @@ class InPlaceHashes {
   static constexpr size_t kMaxHashThreads = 4;
   void work() {
     std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> h(XXH3_createState(), &XXH3_freeState);
-    for (size_t i = next_++; i < chunks_.size() && !cancelled_.load(std::memory_order_relaxed); i = next_++) {
+    for (size_t i = next_++; i < chunks_.size(); i = next_++) {
+      if (cancelled_.load(std::memory_order_relaxed) || stop_.load(std::memory_order_relaxed)) return;
       const uint64_t begin = chunks_[i] * m_.chunk_bytes;
       hashes_[i] = bytes_.Hash(begin, begin + format::ChunkLength(m_, chunks_[i]), h.get());
     }
@@ -132,8 +137,74 @@ class InPlaceHashes {
   const std::vector<uint64_t> chunks_;
   std::vector<uint64_t> hashes_;
   std::atomic<size_t> next_{0};
+  std::atomic<bool> stop_{false};
   std::vector<std::thread> workers_;
 };
+
+// Puts chunks of the layout into the data file being written, or references them in the base.
+class ChunkWriter {
+ public:
+  ChunkWriter(SaveJob* job, Manifest* m, const Manifest* base, const LayoutBytes& bytes, io::IoQueue* queue,
+              XXH3_state_t* hash, SaveStats* stats)
+      : job_(job), m_(*m), base_(base), bytes_(bytes), queue_(queue), hash_(hash), stats_(stats) {}
+
+  // Chunk `c`; `in_place_hash`: its checksum computed from the items (nullptr: not computed).
+  // Unchanged: referenced. Changed: copied to a staging slot, hashed and written.
+  Status Put(uint64_t c, const uint64_t* in_place_hash) {
+    if (job_->cancelled_.load(std::memory_order_relaxed)) {
+      (void)queue_->drain(Deadline::Never());
+      return Status(StatusCode::kAborted, "checkpoint step " + std::to_string(m_.step) + " cancelled");
+    }
+    const uint64_t begin = c * m_.chunk_bytes;
+    const uint64_t len = format::ChunkLength(m_, c);
+    const uint64_t payload = bytes_.Payload(begin, begin + len);
+    job_->written_.fetch_add(payload, std::memory_order_relaxed);
+    if (in_place_hash && *in_place_hash == base_->chunk_xxh3[c]) return Reference(c, payload);
+    if (slot_ == nullptr) PREEMPT_RETURN_IF_ERROR(queue_->acquire(Deadline::Never(), &slot_));
+    const uint64_t h = bytes_.CopyAndHash(begin, begin + len, slot_->data, hash_);
+    if (SameChunk(base_, m_, c) && h == base_->chunk_xxh3[c]) return Reference(c, payload);  // slot kept
+    const uint64_t padded = AlignUp(len, kIoAlignment);
+    if (padded > len) std::memset(slot_->data + len, 0, padded - len);
+    m_.chunk_xxh3[c] = h;
+    m_.chunk_offset[c] = m_.file_bytes;
+    PREEMPT_RETURN_IF_ERROR(queue_->submit_write(slot_, padded, m_.file_bytes));
+    slot_ = nullptr;
+    m_.file_bytes += padded;
+    stats_->written_bytes += payload;
+    return Status::OK();
+  }
+
+ private:
+  // The base's location of chunk c: the step that wrote the bytes, never a reference to a reference.
+  Status Reference(uint64_t c, uint64_t payload) {
+    m_.chunk_xxh3[c] = base_->chunk_xxh3[c];
+    m_.chunk_step[c] = base_->chunk_step[c];
+    m_.chunk_offset[c] = base_->chunk_offset[c];
+    stats_->referenced_bytes += payload;
+    return Status::OK();
+  }
+
+  SaveJob* const job_;
+  Manifest& m_;
+  const Manifest* const base_;
+  const LayoutBytes& bytes_;
+  io::IoQueue* const queue_;
+  XXH3_state_t* const hash_;
+  SaveStats* const stats_;
+  io::Slot* slot_ = nullptr;  // acquired and not yet submitted: kept across referenced chunks
+};
+
+Status WriteManifest(FileSystem* fs, const std::string& path, const Manifest& m, uint64_t* manifest_xxh3) {
+  const std::string text = format::EncodeManifest(m);
+  *manifest_xxh3 = format::Hash64(text.data(), text.size());
+  std::unique_ptr<File> mf;
+  OpenOptions mo;
+  mo.write = mo.create = true;
+  PREEMPT_RETURN_IF_ERROR(fs->open(path, mo, &mf));
+  PREEMPT_RETURN_IF_ERROR(mf->write_at(text.data(), text.size(), 0));
+  PREEMPT_RETURN_IF_ERROR(mf->sync());
+  return mf->close();
+}
 
 }  // namespace
 
@@ -172,51 +243,19 @@ Status Store::Impl::write_rank_files(SaveJob* job, const std::string& tmp_dir, S
   PREEMPT_RETURN_IF_ERROR(OpenData(fs_, data_path, true, o_.direct_io, &file, &direct));
   if (expected_bytes > 0) PREEMPT_RETURN_IF_ERROR(file->allocate(expected_bytes));
   const LayoutBytes bytes(m.tensors, req.items);
-  XXH3_state_t* hash = hash_state_.get();
   auto t0 = std::chrono::steady_clock::now();
   {
     auto queue = engine_->open_queue(file.get());
     stats->backend = std::string(queue->backend_name()) + (direct ? "+direct" : "+buffered");
-    io::Slot* slot = nullptr;  // acquired and not yet submitted: kept across referenced chunks
     std::vector<uint64_t> expected_written, expected_unchanged;
     for (uint64_t c = 0; c < chunks; ++c) (expect_unchanged(c) ? expected_unchanged : expected_written).push_back(c);
     InPlaceHashes in_place(bytes, m, std::move(expected_unchanged), job->cancelled_);
-    // known_hash: the chunk's checksum computed in place (nullptr: not computed yet).
-    auto process = [&](uint64_t c, const uint64_t* known_hash) -> Status {
-      if (job->cancelled_.load(std::memory_order_relaxed)) {
-        (void)queue->drain(Deadline::Never());
-        return Status(StatusCode::kAborted, "checkpoint step " + std::to_string(req.step) + " cancelled");
-      }
-      const uint64_t begin = c * m.chunk_bytes;
-      const uint64_t len = format::ChunkLength(m, c);
-      const uint64_t payload = bytes.Payload(begin, begin + len);
-      job->written_.fetch_add(payload, std::memory_order_relaxed);
-      auto reference = [&] {
-        m.chunk_xxh3[c] = base->chunk_xxh3[c];
-        m.chunk_step[c] = base->chunk_step[c];
-        m.chunk_offset[c] = base->chunk_offset[c];
-        stats->referenced_bytes += payload;
-        return Status::OK();
-      };
-      if (known_hash && *known_hash == base->chunk_xxh3[c]) return reference();
-      if (slot == nullptr) PREEMPT_RETURN_IF_ERROR(queue->acquire(Deadline::Never(), &slot));
-      const uint64_t h = bytes.CopyAndHash(begin, begin + len, slot->data, hash);
-      if (SameChunk(base, m, c) && h == base->chunk_xxh3[c]) return reference();  // slot kept for the next chunk
-      const uint64_t padded = AlignUp(len, kIoAlignment);
-      if (padded > len) std::memset(slot->data + len, 0, padded - len);
-      m.chunk_xxh3[c] = h;
-      m.chunk_offset[c] = m.file_bytes;
-      PREEMPT_RETURN_IF_ERROR(queue->submit_write(slot, padded, m.file_bytes));
-      slot = nullptr;
-      m.file_bytes += padded;
-      stats->written_bytes += payload;
-      return Status::OK();
-    };
-    for (uint64_t c : expected_written) PREEMPT_RETURN_IF_ERROR(process(c, nullptr));
+    ChunkWriter writer(job, &m, base, bytes, queue.get(), hash_state_.get(), stats);
+    for (uint64_t c : expected_written) PREEMPT_RETURN_IF_ERROR(writer.Put(c, nullptr));
     in_place.finish();
     for (size_t i = 0; i < in_place.chunks().size(); ++i) {
       const uint64_t h = in_place.hash(i);
-      PREEMPT_RETURN_IF_ERROR(process(in_place.chunks()[i], &h));
+      PREEMPT_RETURN_IF_ERROR(writer.Put(in_place.chunks()[i], &h));
     }
     stats->write_s = SecondsSince(t0);
     auto t1 = std::chrono::steady_clock::now();
@@ -232,16 +271,7 @@ Status Store::Impl::write_rank_files(SaveJob* job, const std::string& tmp_dir, S
 
   // The manifest is written only once the data it describes is durable.
   auto t2 = std::chrono::steady_clock::now();
-  const std::string text = format::EncodeManifest(m);
-  *manifest_xxh3 = format::Hash64(text.data(), text.size());
-  std::unique_ptr<File> mf;
-  OpenOptions mo;
-  mo.write = mo.create = true;
-  const std::string manifest_path = JoinPath(tmp_dir, format::RankManifestName(o_.rank));
-  PREEMPT_RETURN_IF_ERROR(fs_->open(manifest_path, mo, &mf));
-  PREEMPT_RETURN_IF_ERROR(mf->write_at(text.data(), text.size(), 0));
-  PREEMPT_RETURN_IF_ERROR(mf->sync());
-  PREEMPT_RETURN_IF_ERROR(mf->close());
+  PREEMPT_RETURN_IF_ERROR(WriteManifest(fs_, JoinPath(tmp_dir, format::RankManifestName(o_.rank)), m, manifest_xxh3));
   stats->sync_s += SecondsSince(t2);
   return Status::OK();
 }
