@@ -122,11 +122,12 @@ struct CheckpointInfo {
   std::string path;
   int world_size = 0;
   uint64_t bytes = 0;      // data bytes: this rank's (Store::list), every rank's (ListCheckpoints)
-  uint64_t written_bytes = 0;  // of those, bytes in this step's own data files (the rest is referenced)
+  uint64_t written_bytes = 0;  // size of this step's own data files (the chunks it wrote, 4 KiB-padded)
   bool committed = true;   // false: a step-N.tmp directory (being written, or left by a crash)
   // The check restore makes before reading data: COMMIT and manifests are regular files that
   // parse, their steps match the directory name, manifest checksums match COMMIT, data files
-  // have the recorded size (data checksums are not read; Verify reads them).
+  // have the recorded size, referenced chunks lie in committed older steps' data files (data
+  // checksums are not read; Verify reads them).
   bool valid = false;
   std::string problem;     // why not valid
 };
