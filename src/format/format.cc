@@ -189,7 +189,12 @@ Status OpenEnvelope(const std::string& kind, const std::string& text, const std:
       continue;
     }
     if (c == '"') in_string = true;
-    else if (c == '[' || c == '{') {
+    else if ((c == 'e' || c == 'E') && i > 0 && (isdigit(static_cast<unsigned char>(body[i - 1])) || body[i - 1] == '.')) {
+      // Every number preempt writes is an integer; rapidjson's exact parser mishandles some
+      // exponents (a zero significand with an exponent shifts by a garbage count).
+      return Status(StatusCode::kCorruption, file + ": a number has an exponent (byte " + std::to_string(i) +
+                                                 " of the payload); checkpoint files hold integers only");
+    } else if (c == '[' || c == '{') {
       if (++depth > kMaxJsonDepth) return Status(StatusCode::kCorruption, file + ": JSON nested deeper than 32 levels");
     } else if (c == ']' || c == '}') --depth;
   }

@@ -86,6 +86,7 @@ TEST(Format, HostileManifestsAreRejected) {
       {"unknown dtype", "\"dtype\":\"float32\"", "\"dtype\":\"float99\"", "dtype"},
       {"missing field", "\"step\":5,\n", "", "step"},
       {"wrong type", "\"step\":5", "\"step\":\"five\"", "manifest"},
+      {"number with an exponent", "\"step\":5", "\"step\":0e56", "exponent"},
       {"data file name", "\"data_file\":\"rank-00000.bin\"", "\"data_file\":\"../../x\"", "data_file"},
   };
   for (const auto& c : cases) {
