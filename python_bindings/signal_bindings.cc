@@ -19,7 +19,7 @@ std::vector<int> SignalList(const py::object& o, const char* what) {
   if (o.is_none()) return out;
   if (py::isinstance<py::str>(o)) {
     Status s = ParseSignalList(o.cast<std::string>(), &out);
-    if (!s.ok()) RaiseStatus(s.WithContext(what));
+    if (!s.ok()) RaiseStatus(s.with_context(what));
     return out;
   }
   for (const auto& h : o) out.push_back(h.cast<int>());  // ints and signal.Signals

@@ -95,7 +95,7 @@ bool RunTrace(const Trace& t, TraceRun* out, std::string* csv) {
     SimResult r;
     Status s = Simulate(t, p, g_sim, &r);
     if (!s.ok()) {
-      fprintf(stderr, "bench_sched: %s\n", s.ToString().c_str());
+      fprintf(stderr, "bench_sched: %s\n", s.to_string().c_str());
       return false;
     }
     for (const auto& v : r.violations) fprintf(stderr, "bench_sched: %s/%s: %s\n", t.name.c_str(), name.c_str(), v.c_str());
@@ -470,7 +470,7 @@ int main(int argc, char** argv) {
       Trace t;
       Status s = LoadAlibabaTrace(o, &t);
       if (!s.ok()) {
-        fprintf(stderr, "bench_sched: %s\n", s.ToString().c_str());
+        fprintf(stderr, "bench_sched: %s\n", s.to_string().c_str());
         return 1;
       }
       char name[64];

@@ -60,7 +60,7 @@ double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 }
 
 void Check(const preempt::Status& s, const char* what) {
-  if (!s.ok()) Die(std::string(what) + ": " + s.ToString());
+  if (!s.ok()) Die(std::string(what) + ": " + s.to_string());
 }
 
 // "1gib", "4gib", "64mib", "1536mib".

@@ -63,7 +63,7 @@ struct Hints {
   // Seconds from a checkpoint request to a durable commit: drain + stall + persist.
   double checkpoint_s() const { return cost.drain_s + cost.stall_s + cost.persist_s; }
   // lost_work_s extrapolated to `now_unix` while the job is training.
-  double LostWorkAt(double now_unix) const;
+  double lost_work_at(double now_unix) const;
 };
 
 // Wall-clock seconds since the epoch (double precision).
@@ -100,15 +100,15 @@ struct CostSample {
 class CostTracker {
  public:
   explicit CostTracker(size_t window = 32, double ewma_alpha = 0.3);
-  void Add(const CostSample& s);
-  void Clear();              // forgets every sample
+  void add(const CostSample& s);
+  void clear();              // forgets every sample
   size_t count() const;
-  CostSample Ewma() const;   // zeros before the first sample
-  CostSample P95() const;    // nearest-rank p95 of each component over the window
+  CostSample ewma() const;   // zeros before the first sample
+  CostSample p95() const;    // nearest-rank p95 of each component over the window
   // P95 as the hints' cost block.
-  Hints::Cost P95Cost() const;
-  // The samples in the window, oldest first (Add()ing them to a new tracker restores the p95s).
-  std::vector<CostSample> Samples() const;
+  Hints::Cost p95_cost() const;
+  // The samples in the window, oldest first (add()ing them to a new tracker restores the p95s).
+  std::vector<CostSample> samples() const;
 
  private:
   mutable std::mutex mu_;

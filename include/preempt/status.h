@@ -47,10 +47,10 @@ class [[nodiscard]] Status {
   int sys_errno() const { return errno_; }
   const std::string& message() const { return message_; }
   // "Corruption: <message>" or "OK".
-  std::string ToString() const;
+  std::string to_string() const;
 
   // Returns a copy whose message is prefixed with `context + ": "`.
-  Status WithContext(const std::string& context) const;
+  Status with_context(const std::string& context) const;
 
  private:
   StatusCode code_ = StatusCode::kOk;
@@ -61,7 +61,7 @@ class [[nodiscard]] Status {
 // Thrown by public API calls that report failure by exception.
 class Error : public std::runtime_error {
  public:
-  explicit Error(Status status) : std::runtime_error(status.ToString()), status_(std::move(status)) {}
+  explicit Error(Status status) : std::runtime_error(status.to_string()), status_(std::move(status)) {}
   const Status& status() const { return status_; }
   StatusCode code() const { return status_.code(); }
 

@@ -92,7 +92,7 @@ Status StopCoordinator::check(int64_t step, bool local_stop, bool local_checkpoi
   stats_.last_check_s = dt;
   stats_.total_check_s += dt;
   stats_.max_check_s = std::max(stats_.max_check_s, dt);
-  if (!st.ok()) return st.WithContext("stop agreement at step " + std::to_string(step));
+  if (!st.ok()) return st.with_context("stop agreement at step " + std::to_string(step));
   out->checked = true;
   out->stop = v[0] != 0;
   out->checkpoint = v[1] != 0;
@@ -109,7 +109,7 @@ Status DrainAll(const std::vector<DrainSource*>& sources, Deadline deadline) {
     if (!s) continue;
     Status st = s->drain(deadline);
     if (!st.ok()) {
-      PREEMPT_LOG_WARN("drain of %s: %s", s->name().c_str(), st.ToString().c_str());
+      PREEMPT_LOG_WARN("drain of %s: %s", s->name().c_str(), st.to_string().c_str());
       if (first.ok()) first = st;
     }
   }

@@ -56,7 +56,7 @@ Status DrainNcclStream(ncclComm_t* comm, cudaStream_t stream, Deadline deadline,
     sleep_ns = std::min<int64_t>(sleep_ns * 2, 1000000);
   }
   if (!result.ok() && comm && *comm) {
-    PREEMPT_LOG_WARN("%s; calling ncclCommAbort", result.ToString().c_str());
+    PREEMPT_LOG_WARN("%s; calling ncclCommAbort", result.to_string().c_str());
     ncclCommAbort(*comm);  // unblocks the stuck kernels; the communicator is destroyed
     *comm = nullptr;
   }

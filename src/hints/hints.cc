@@ -31,41 +31,41 @@ class FieldReader {
  public:
   FieldReader(std::string what, std::string origin) : what_(std::move(what)), origin_(std::move(origin)) {}
 
-  Status Err(const std::string& field, const std::string& msg) const {
+  Status err(const std::string& field, const std::string& msg) const {
     return Status(StatusCode::kCorruption, what_ + " " + origin_ + ": field '" + field + "': " + msg);
   }
   // `required`: missing is an error; otherwise *out keeps its value.
-  Status Number(const rapidjson::Value& obj, const char* name, const std::string& full, bool required,
+  Status number(const rapidjson::Value& obj, const char* name, const std::string& full, bool required,
                 double* out) const {
     auto it = obj.FindMember(name);
-    if (it == obj.MemberEnd()) return required ? Err(full, "missing") : Status::OK();
-    if (!it->value.IsNumber()) return Err(full, "expected a number");
+    if (it == obj.MemberEnd()) return required ? err(full, "missing") : Status::OK();
+    if (!it->value.IsNumber()) return err(full, "expected a number");
     double v = it->value.GetDouble();
-    if (!std::isfinite(v)) return Err(full, "not finite");
+    if (!std::isfinite(v)) return err(full, "not finite");
     *out = v;
     return Status::OK();
   }
-  Status Int(const rapidjson::Value& obj, const char* name, const std::string& full, bool required,
+  Status integer(const rapidjson::Value& obj, const char* name, const std::string& full, bool required,
              int64_t* out) const {
     auto it = obj.FindMember(name);
-    if (it == obj.MemberEnd()) return required ? Err(full, "missing") : Status::OK();
-    if (!it->value.IsInt64()) return Err(full, "expected an integer");
+    if (it == obj.MemberEnd()) return required ? err(full, "missing") : Status::OK();
+    if (!it->value.IsInt64()) return err(full, "expected an integer");
     *out = it->value.GetInt64();
     return Status::OK();
   }
-  Status String(const rapidjson::Value& obj, const char* name, const std::string& full, bool required,
+  Status text(const rapidjson::Value& obj, const char* name, const std::string& full, bool required,
                 std::string* out) const {
     auto it = obj.FindMember(name);
-    if (it == obj.MemberEnd()) return required ? Err(full, "missing") : Status::OK();
-    if (!it->value.IsString()) return Err(full, "expected a string");
+    if (it == obj.MemberEnd()) return required ? err(full, "missing") : Status::OK();
+    if (!it->value.IsString()) return err(full, "expected a string");
     out->assign(it->value.GetString(), it->value.GetStringLength());
     return Status::OK();
   }
-  Status Object(const rapidjson::Value& obj, const char* name, bool required, const rapidjson::Value** out) const {
+  Status object(const rapidjson::Value& obj, const char* name, bool required, const rapidjson::Value** out) const {
     *out = nullptr;
     auto it = obj.FindMember(name);
-    if (it == obj.MemberEnd()) return required ? Err(name, "missing") : Status::OK();
-    if (!it->value.IsObject()) return Err(name, "expected an object");
+    if (it == obj.MemberEnd()) return required ? err(name, "missing") : Status::OK();
+    if (!it->value.IsObject()) return err(name, "expected an object");
     *out = &it->value;
     return Status::OK();
   }
@@ -120,7 +120,7 @@ bool ParseJobState(const std::string& name, JobState* out) {
   return false;
 }
 
-double Hints::LostWorkAt(double now_unix) const {
+double Hints::lost_work_at(double now_unix) const {
   if (state != JobState::kTraining && state != JobState::kCheckpointing) return lost_work_s;
   return lost_work_s + std::max(0.0, now_unix - updated_unix);
 }
@@ -171,44 +171,44 @@ Status HintsFromJson(const std::string& json, const std::string& origin, Hints* 
   PREEMPT_RETURN_IF_ERROR(ParseDocument(json, "hints", origin, kHintsSchema, &doc));
   FieldReader r("hints", origin);
   Hints h;
-  PREEMPT_RETURN_IF_ERROR(r.String(doc, "job", "job", true, &h.job));
-  if (h.job.empty()) return r.Err("job", "empty");
-  PREEMPT_RETURN_IF_ERROR(r.Number(doc, "updated_unix", "updated_unix", true, &h.updated_unix));
+  PREEMPT_RETURN_IF_ERROR(r.text(doc, "job", "job", true, &h.job));
+  if (h.job.empty()) return r.err("job", "empty");
+  PREEMPT_RETURN_IF_ERROR(r.number(doc, "updated_unix", "updated_unix", true, &h.updated_unix));
   std::string state;
-  PREEMPT_RETURN_IF_ERROR(r.String(doc, "state", "state", true, &state));
-  if (!ParseJobState(state, &h.state)) return r.Err("state", "unknown state '" + state + "'");
-  PREEMPT_RETURN_IF_ERROR(r.Int(doc, "step", "step", true, &h.step));
-  PREEMPT_RETURN_IF_ERROR(r.Number(doc, "step_time_s", "step_time_s", false, &h.step_time_s));
+  PREEMPT_RETURN_IF_ERROR(r.text(doc, "state", "state", true, &state));
+  if (!ParseJobState(state, &h.state)) return r.err("state", "unknown state '" + state + "'");
+  PREEMPT_RETURN_IF_ERROR(r.integer(doc, "step", "step", true, &h.step));
+  PREEMPT_RETURN_IF_ERROR(r.number(doc, "step_time_s", "step_time_s", false, &h.step_time_s));
 
   const rapidjson::Value* obj = nullptr;
-  PREEMPT_RETURN_IF_ERROR(r.Object(doc, "last_commit", true, &obj));
-  PREEMPT_RETURN_IF_ERROR(r.Int(*obj, "step", "last_commit.step", true, &h.last_commit.step));
-  PREEMPT_RETURN_IF_ERROR(r.Number(*obj, "unix", "last_commit.unix", true, &h.last_commit.committed_at));
-  PREEMPT_RETURN_IF_ERROR(r.String(*obj, "path", "last_commit.path", false, &h.last_commit.path));
+  PREEMPT_RETURN_IF_ERROR(r.object(doc, "last_commit", true, &obj));
+  PREEMPT_RETURN_IF_ERROR(r.integer(*obj, "step", "last_commit.step", true, &h.last_commit.step));
+  PREEMPT_RETURN_IF_ERROR(r.number(*obj, "unix", "last_commit.unix", true, &h.last_commit.committed_at));
+  PREEMPT_RETURN_IF_ERROR(r.text(*obj, "path", "last_commit.path", false, &h.last_commit.path));
 
-  PREEMPT_RETURN_IF_ERROR(r.Object(doc, "cost", true, &obj));
+  PREEMPT_RETURN_IF_ERROR(r.object(doc, "cost", true, &obj));
   int64_t bytes = 0;
-  PREEMPT_RETURN_IF_ERROR(r.Int(*obj, "bytes", "cost.bytes", true, &bytes));
-  if (bytes < 0) return r.Err("cost.bytes", "negative");
+  PREEMPT_RETURN_IF_ERROR(r.integer(*obj, "bytes", "cost.bytes", true, &bytes));
+  if (bytes < 0) return r.err("cost.bytes", "negative");
   h.cost.bytes = static_cast<uint64_t>(bytes);
-  PREEMPT_RETURN_IF_ERROR(r.Number(*obj, "drain_s", "cost.drain_s", true, &h.cost.drain_s));
-  PREEMPT_RETURN_IF_ERROR(r.Number(*obj, "stall_s", "cost.stall_s", true, &h.cost.stall_s));
-  PREEMPT_RETURN_IF_ERROR(r.Number(*obj, "persist_s", "cost.persist_s", true, &h.cost.persist_s));
+  PREEMPT_RETURN_IF_ERROR(r.number(*obj, "drain_s", "cost.drain_s", true, &h.cost.drain_s));
+  PREEMPT_RETURN_IF_ERROR(r.number(*obj, "stall_s", "cost.stall_s", true, &h.cost.stall_s));
+  PREEMPT_RETURN_IF_ERROR(r.number(*obj, "persist_s", "cost.persist_s", true, &h.cost.persist_s));
 
-  PREEMPT_RETURN_IF_ERROR(r.Object(doc, "grace", true, &obj));
-  PREEMPT_RETURN_IF_ERROR(r.Number(*obj, "needed_s", "grace.needed_s", true, &h.grace.needed_s));
-  PREEMPT_RETURN_IF_ERROR(r.Number(*obj, "granted_s", "grace.granted_s", false, &h.grace.granted_s));
+  PREEMPT_RETURN_IF_ERROR(r.object(doc, "grace", true, &obj));
+  PREEMPT_RETURN_IF_ERROR(r.number(*obj, "needed_s", "grace.needed_s", true, &h.grace.needed_s));
+  PREEMPT_RETURN_IF_ERROR(r.number(*obj, "granted_s", "grace.granted_s", false, &h.grace.granted_s));
 
-  PREEMPT_RETURN_IF_ERROR(r.Number(doc, "lost_work_s", "lost_work_s", true, &h.lost_work_s));
+  PREEMPT_RETURN_IF_ERROR(r.number(doc, "lost_work_s", "lost_work_s", true, &h.lost_work_s));
   int64_t gpus = 1;
-  PREEMPT_RETURN_IF_ERROR(r.Int(doc, "gpus", "gpus", true, &gpus));
-  if (gpus < 0 || gpus > 1000000) return r.Err("gpus", "out of range");
+  PREEMPT_RETURN_IF_ERROR(r.integer(doc, "gpus", "gpus", true, &gpus));
+  if (gpus < 0 || gpus > 1000000) return r.err("gpus", "out of range");
   h.gpus = static_cast<int>(gpus);
-  PREEMPT_RETURN_IF_ERROR(r.Int(doc, "request_ack", "request_ack", false, &h.request_ack));
+  PREEMPT_RETURN_IF_ERROR(r.integer(doc, "request_ack", "request_ack", false, &h.request_ack));
   // Ranges: unix times in [0, 1e11], durations in [0, 1e9] s (about 31 years).
   for (auto [field, v] : {std::pair<const char*, double>{"updated_unix", h.updated_unix},
                           {"last_commit.unix", h.last_commit.committed_at}}) {
-    if (!(v >= 0 && v <= 1e11)) return r.Err(field, "not a unix time in [0, 1e11]");
+    if (!(v >= 0 && v <= 1e11)) return r.err(field, "not a unix time in [0, 1e11]");
   }
   for (auto [field, v] : {std::pair<const char*, double>{"step_time_s", h.step_time_s},
                           {"cost.drain_s", h.cost.drain_s},
@@ -217,7 +217,7 @@ Status HintsFromJson(const std::string& json, const std::string& origin, Hints* 
                           {"grace.needed_s", h.grace.needed_s},
                           {"grace.granted_s", h.grace.granted_s},
                           {"lost_work_s", h.lost_work_s}}) {
-    if (!(v >= 0 && v <= 1e9)) return r.Err(field, v < 0 ? "negative" : "more than 1e9 s");
+    if (!(v >= 0 && v <= 1e9)) return r.err(field, v < 0 ? "negative" : "more than 1e9 s");
   }
   *out = std::move(h);
   return Status::OK();
@@ -250,7 +250,7 @@ std::string HintsPathFromEnv() {
 CostTracker::CostTracker(size_t window, double ewma_alpha)
     : window_(std::max<size_t>(1, window)), alpha_(std::clamp(ewma_alpha, 0.0, 1.0)) {}
 
-void CostTracker::Add(const CostSample& s) {
+void CostTracker::add(const CostSample& s) {
   std::lock_guard<std::mutex> lock(mu_);
   if (count_ == 0) {
     ewma_ = s;
@@ -271,12 +271,12 @@ size_t CostTracker::count() const {
   return count_;
 }
 
-CostSample CostTracker::Ewma() const {
+CostSample CostTracker::ewma() const {
   std::lock_guard<std::mutex> lock(mu_);
   return ewma_;
 }
 
-CostSample CostTracker::P95() const {
+CostSample CostTracker::p95() const {
   std::lock_guard<std::mutex> lock(mu_);
   CostSample out;
   if (recent_.empty()) return out;
@@ -298,8 +298,8 @@ CostSample CostTracker::P95() const {
   return out;
 }
 
-Hints::Cost CostTracker::P95Cost() const {
-  CostSample p = P95();
+Hints::Cost CostTracker::p95_cost() const {
+  CostSample p = p95();
   Hints::Cost c;
   c.bytes = p.bytes;
   c.drain_s = p.drain_s;
@@ -308,14 +308,14 @@ Hints::Cost CostTracker::P95Cost() const {
   return c;
 }
 
-void CostTracker::Clear() {
+void CostTracker::clear() {
   std::lock_guard<std::mutex> lock(mu_);
   count_ = 0;
   ewma_ = CostSample{};
   recent_.clear();
 }
 
-std::vector<CostSample> CostTracker::Samples() const {
+std::vector<CostSample> CostTracker::samples() const {
   std::lock_guard<std::mutex> lock(mu_);
   return std::vector<CostSample>(recent_.begin(), recent_.end());
 }
@@ -338,10 +338,10 @@ Status RequestFromJson(const std::string& json, const std::string& origin, Check
   PREEMPT_RETURN_IF_ERROR(ParseDocument(json, "request", origin, kRequestSchema, &doc));
   FieldReader r("request", origin);
   CheckpointRequest req;
-  PREEMPT_RETURN_IF_ERROR(r.String(doc, "action", "action", true, &req.action));
-  if (req.action != "checkpoint") return r.Err("action", "unknown action '" + req.action + "'");
-  PREEMPT_RETURN_IF_ERROR(r.Int(doc, "id", "id", true, &req.id));
-  if (req.id <= 0) return r.Err("id", "must be > 0");
+  PREEMPT_RETURN_IF_ERROR(r.text(doc, "action", "action", true, &req.action));
+  if (req.action != "checkpoint") return r.err("action", "unknown action '" + req.action + "'");
+  PREEMPT_RETURN_IF_ERROR(r.integer(doc, "id", "id", true, &req.id));
+  if (req.id <= 0) return r.err("id", "must be > 0");
   *out = std::move(req);
   return Status::OK();
 }
@@ -377,7 +377,7 @@ std::optional<CheckpointRequest> RequestChannel::poll() {
       have_stat_ = false;
       return std::nullopt;
     }
-    if (!warned_) PREEMPT_LOG_WARN("ignoring checkpoint request: %s", s.ToString().c_str());
+    if (!warned_) PREEMPT_LOG_WARN("ignoring checkpoint request: %s", s.to_string().c_str());
     warned_ = true;
     // Remember the bad version so it is not re-parsed on every poll.
     have_stat_ = true;

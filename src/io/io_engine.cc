@@ -62,7 +62,7 @@ Status IoEngine::Create(const EngineOptions& opts, std::unique_ptr<IoEngine>* ou
     if (rc < 0) {
       ring.release();  // queue_init failed: nothing to exit
       if (backend == IoBackend::kUring) {
-        return Status::FromErrno(-rc, "io_uring_queue_init", "").WithContext("io_uring requested but unavailable");
+        return Status::FromErrno(-rc, "io_uring_queue_init", "").with_context("io_uring requested but unavailable");
       }
       std::call_once(g_uring_fallback_logged, [rc] {
         PREEMPT_LOG_WARN("io_uring unavailable (%s); using the pwrite/pread thread", strerror(-rc));

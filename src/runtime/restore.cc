@@ -54,7 +54,7 @@ int64_t Runtime::restore() {
 Status Runtime::agree_on_candidate(RestorePlan* plan) {
   std::vector<CheckpointInfo> all;
   Status ls = store_->list(&all);
-  if (!ls.ok() && ls.code() != StatusCode::kNotFound) return ls.WithContext("restore: list checkpoints");
+  if (!ls.ok() && ls.code() != StatusCode::kNotFound) return ls.with_context("restore: list checkpoints");
   std::string problems;
   StatusCode code = StatusCode::kCorruption;
   for (const auto& c : all) {
@@ -72,7 +72,7 @@ Status Runtime::agree_on_candidate(RestorePlan* plan) {
     Status why = store_->restore({}, probe, &ignored);
     if (why.ok()) why = Status(StatusCode::kCorruption, c.problem);
     if (why.code() == StatusCode::kMismatch) code = StatusCode::kMismatch;
-    PREEMPT_LOG_WARN("restore: skipping checkpoint %s: %s", c.path.c_str(), why.ToString().c_str());
+    PREEMPT_LOG_WARN("restore: skipping checkpoint %s: %s", c.path.c_str(), why.to_string().c_str());
     problems += (problems.empty() ? "" : "; ") + why.message();
   }
   const bool unreadable = !all.empty() && plan->valid.empty();
@@ -82,7 +82,7 @@ Status Runtime::agree_on_candidate(RestorePlan* plan) {
   int64_t v[3] = {-newest, newest, unreadable ? 1 : 0};
   PREEMPT_RETURN_IF_ERROR(
       collective_->allreduce_max(v, 3, Deadline::InSeconds(options_.coord.collective_timeout_s), UntilStop::kNo)
-          .WithContext("restore: agree on a step"));
+          .with_context("restore: agree on a step"));
   const std::string keep = "; nothing was deleted (move the checkpoints away to start from scratch)";
   if (v[2] != 0) {
     if (!unreadable) {
@@ -119,12 +119,12 @@ Status Runtime::restore_agreed(const RestorePlan& plan, int64_t* restored) {
     const bool mismatch = !st.ok() && IsJobMismatch(st);
     if (!st.ok()) {
       PREEMPT_LOG_ERROR("restore of checkpoint step %lld failed: %s", static_cast<long long>(candidate),
-                        st.ToString().c_str());
+                        st.to_string().c_str());
     }
     int64_t f[3] = {st.ok() ? 0 : 1, -OlderThan(plan.valid, candidate), mismatch ? 1 : 0};
     PREEMPT_RETURN_IF_ERROR(
         collective_->allreduce_max(f, 3, Deadline::InSeconds(options_.coord.collective_timeout_s), UntilStop::kNo)
-            .WithContext("restore: agree on success"));
+            .with_context("restore: agree on success"));
     if (f[2] != 0) {
       const std::string why = " (the job differs from the one that saved it; an older checkpoint cannot fix that)";
       if (mismatch) return Status(st.code(), "restore: checkpoint step " + std::to_string(candidate) + ": " + st.message() + why);

@@ -94,7 +94,7 @@ Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)) {
   } else {
     grace_ = ResolveGrace(options_.signals);
     if (options_.install_signal_handlers) {
-      ThrowIfError(InstallSignalHandlers(options_.signals).WithContext("Runtime"));
+      ThrowIfError(InstallSignalHandlers(options_.signals).with_context("Runtime"));
       handlers_installed_ = true;
     }
   }
@@ -174,21 +174,21 @@ void Runtime::track_runtime_record() {
       [this] {
         runtime_internal::Record r;
         r.request_ack = std::max(hints_.request_ack, record_request_ack_);
-        r.costs = costs_.Samples();
+        r.costs = costs_.samples();
         return runtime_internal::EncodeRecord(r);
       },
       [this](const std::string& bytes) {
         runtime_internal::Record r;
         ThrowIfError(runtime_internal::DecodeRecord(bytes, &r));
         hints_.request_ack = r.request_ack;
-        costs_.Clear();
-        for (const auto& c : r.costs) costs_.Add(c);
+        costs_.clear();
+        for (const auto& c : r.costs) costs_.add(c);
       });
 }
 
 double Runtime::grace_needed_s() const {
   if (costs_.count() == 0) return 0;
-  Hints::Cost c = costs_.P95Cost();
+  Hints::Cost c = costs_.p95_cost();
   // A stop is noticed at the next check step: up to check_every steps (pipelined: one more
   // check period for the exchange in flight).
   double notice_s = stats_.step_time_s * options_.coord.check_every * (options_.coord.pipelined ? 2 : 1);
@@ -208,7 +208,7 @@ void Runtime::warn_if_grace_short(const char* when) {
 
 double Runtime::interval_seconds() const {
   if (options_.preemptions_per_hour > 0 && costs_.count() > 0) {
-    Hints::Cost c = costs_.P95Cost();
+    Hints::Cost c = costs_.p95_cost();
     return YoungDalyInterval(c.stall_s, 3600.0 / options_.preemptions_per_hour, options_.min_interval_s,
                              options_.max_interval_s);
   }
@@ -324,14 +324,14 @@ void Runtime::reap(bool block, Deadline deadline) {
     }
     if (st.ok()) {
       SaveStats ss = p.handle->stats();
-      costs_.Add({p.bytes, 0.0, p.stall_s, ss.total_s});
+      costs_.add({p.bytes, 0.0, p.stall_s, ss.total_s});
       note_commit(p.step, p.handle->path());
       if (rank() == 0 && p.request_id > hints_.request_ack) hints_.request_ack = p.request_id;
       PREEMPT_LOG_INFO("checkpoint step %lld durable: %.1f MiB, stall %.3f s, persist %.3f s (%s)",
                        static_cast<long long>(p.step), ss.bytes / 1048576.0, p.stall_s, ss.total_s, ss.backend.c_str());
       warn_if_grace_short("by this run's checkpoints");
     } else {
-      PREEMPT_LOG_ERROR("checkpoint step %lld failed: %s", static_cast<long long>(p.step), st.ToString().c_str());
+      PREEMPT_LOG_ERROR("checkpoint step %lld failed: %s", static_cast<long long>(p.step), st.to_string().c_str());
     }
     changed = true;
     it = pending_.erase(it);
@@ -365,12 +365,12 @@ void Runtime::publish(JobState state) {
   hints_.state = state;
   hints_.updated_unix = NowUnix();
   hints_.step_time_s = stats_.step_time_s;
-  if (costs_.count() > 0) hints_.cost = costs_.P95Cost();
+  if (costs_.count() > 0) hints_.cost = costs_.p95_cost();
   hints_.grace.needed_s = grace_needed_s();
   hints_.grace.granted_s = grace_.grace_s;
   hints_.lost_work_s = state == JobState::kStopped && stats_.stop_committed ? 0 : SecondsSince(last_commit_time_);
   Status st = WriteHintsAtomic(options_.hints_path, hints_);
-  if (!st.ok()) PREEMPT_LOG_WARN("hints: %s", st.ToString().c_str());
+  if (!st.ok()) PREEMPT_LOG_WARN("hints: %s", st.to_string().c_str());
 }
 
 }  // namespace preempt

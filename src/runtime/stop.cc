@@ -23,10 +23,10 @@ int64_t MonoNs() {
 
 void Runtime::stop_without_checkpoint(const Status& why) {
   PREEMPT_LOG_ERROR("%s; stopping without a new checkpoint (checkpoint step %lld stays the one restored)",
-                    why.ToString().c_str(), static_cast<long long>(stats_.last_commit_step));
+                    why.to_string().c_str(), static_cast<long long>(stats_.last_commit_step));
   stopped_ = true;
   if (stop_deadline_.is_never()) stop_deadline_ = Deadline::InSeconds(grace_.grace_s - grace_.reserve_s);
-  stats_.stop_problem = why.ToString();
+  stats_.stop_problem = why.to_string();
   if (collective_) collective_->abandon();
   publish(JobState::kStopped);
 }
@@ -62,19 +62,19 @@ Action Runtime::stop_path(int64_t step, const StopDecision& d) {
   reap(true, SettleDeadline(stop_deadline_, grace_));
   if (committed) {
     stats_.stop_committed = true;
-    costs_.Add({stop_bytes_, stats_.drain_s, stats_.stall_s, stats_.persist_s});
+    costs_.add({stop_bytes_, stats_.drain_s, stats_.stall_s, stats_.persist_s});
     note_commit(ckpt_step, handle ? handle->path() : options_.dir + "/" + StepDirName(ckpt_step));
     if (!result.ok()) PREEMPT_LOG_WARN("stop checkpoint step %lld: %s (it committed nevertheless)",
-                                       static_cast<long long>(ckpt_step), result.ToString().c_str());
+                                       static_cast<long long>(ckpt_step), result.to_string().c_str());
     PREEMPT_LOG_INFO("stop checkpoint step %lld committed: drain %.3f s, stall %.3f s, persist+commit %.3f s; "
                      "%.3f s after the signal, %.3f s before the deadline",
                      static_cast<long long>(ckpt_step), stats_.drain_s, stats_.stall_s, stats_.persist_s,
                      stats_.signal_to_commit_s, stop_deadline_.remaining_seconds());
   } else {
     if (result.ok()) result = Status(StatusCode::kAborted, "another rank could not write its part");
-    stats_.stop_problem = result.ToString();
+    stats_.stop_problem = result.to_string();
     PREEMPT_LOG_ERROR("stop checkpoint step %lld NOT committed: %s; checkpoint step %lld stays the one restored",
-                      static_cast<long long>(ckpt_step), result.ToString().c_str(),
+                      static_cast<long long>(ckpt_step), result.to_string().c_str(),
                       static_cast<long long>(stats_.last_commit_step));
   }
   publish(JobState::kStopped);
@@ -94,14 +94,14 @@ Status Runtime::write_stop_checkpoint(int64_t ckpt_step, std::shared_ptr<SaveHan
     stats_.stall_s = started.snapshot.stall_s;
     stop_bytes_ = started.snapshot.bytes;
   } catch (const Error& e) {
-    return e.status().WithContext("stop snapshot");
+    return e.status().with_context("stop snapshot");
   }
   auto t1 = std::chrono::steady_clock::now();
   st = (*handle)->wait(stop_deadline_);
   stats_.persist_s = SecondsSince(t1);
   if (!st.ok()) {
     (*handle)->cancel();
-    return st.WithContext("stop checkpoint step " + std::to_string(ckpt_step));
+    return st.with_context("stop checkpoint step " + std::to_string(ckpt_step));
   }
   return Status::OK();
 }
@@ -117,7 +117,7 @@ bool Runtime::confirm_stop_commit(int64_t ckpt_step, const std::shared_ptr<SaveH
   Status ex = collective_->allreduce_max(&seen, 1, settle, UntilStop::kNo);
   if (ex.ok()) return seen != 0;
   collective_->abandon();
-  if (result->ok()) *result = ex.WithContext("confirming the stop checkpoint with the other ranks");
+  if (result->ok()) *result = ex.with_context("confirming the stop checkpoint with the other ranks");
   return committed_on_disk(ckpt_step);
 }
 

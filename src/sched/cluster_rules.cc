@@ -18,7 +18,7 @@ ClusterRules::ClusterRules(PassState* pass) : p_(*pass) {
   }
 }
 
-bool ClusterRules::InMinRuntime(const Job& v, bool overridden, bool note_release) {
+bool ClusterRules::in_min_runtime(const Job& v, bool overridden, bool note_release) {
   const PolicyOptions& cfg = p_.cfg;
   if (!p_.hint || cfg.min_runtime_s <= 0 || p_.now >= v.start_time + cfg.min_runtime_s) return false;
   // The override keeps the anti-thrashing spacing: a victim preempted within cooldown + minimum
@@ -28,12 +28,12 @@ bool ClusterRules::InMinRuntime(const Job& v, bool overridden, bool note_release
   return true;
 }
 
-bool ClusterRules::OverridesMinRuntime(const Job& j) const {
+bool ClusterRules::overrides_min_runtime(const Job& j) const {
   return p_.hint && p_.cfg.high_min_runtime_override_s > 0 && j.cls == PriorityClass::kHigh &&
          p_.now - j.submit_time >= p_.cfg.high_min_runtime_override_s;
 }
 
-std::optional<std::string> ClusterRules::ExceedsBudget(const std::vector<int>& victims,
+std::optional<std::string> ClusterRules::exceeds_budget(const std::vector<int>& victims,
                                                        const std::vector<VictimCost>& costs) {
   if (!budget_on_) return std::nullopt;
   const PolicyOptions& cfg = p_.cfg;
@@ -49,14 +49,14 @@ std::optional<std::string> ClusterRules::ExceedsBudget(const std::vector<int>& v
     double gpu_h = (it == budget_.end() ? 0 : it->second.lost_gpu_h) + t.lost_gpu_h;
     if ((cfg.budget_max_preemptions > 0 && count > cfg.budget_max_preemptions) ||
         (cfg.budget_max_lost_gpu_hours > 0 && gpu_h > cfg.budget_max_lost_gpu_hours)) {
-      if (it != budget_.end()) p_.Recheck(it->second.oldest + cfg.budget_window_s);
+      if (it != budget_.end()) p_.recheck(it->second.oldest + cfg.budget_window_s);
       return queue;
     }
   }
   return std::nullopt;
 }
 
-void ClusterRules::ChargeBudget(const Job& v, const VictimCost& vc) {
+void ClusterRules::charge_budget(const Job& v, const VictimCost& vc) {
   if (!budget_on_) return;
   QueueBudget& b = budget_[v.queue];
   b.count++;
@@ -73,7 +73,7 @@ bool ClusterRules::Feasible(const Job& j, const std::vector<int>& victims, const
     return false;
   }
   if (j.cls != PriorityClass::kHigh && placed[0] + placed[1] - freed_gpus + j.gpus > p_.nonhigh_cap) return false;
-  if (std::optional<std::string> queue = ExceedsBudget(victims, costs)) {
+  if (std::optional<std::string> queue = exceeds_budget(victims, costs)) {
     budget_blocked = true;
     budget_queue = *queue;
     return false;
@@ -81,7 +81,7 @@ bool ClusterRules::Feasible(const Job& j, const std::vector<int>& victims, const
   return true;
 }
 
-bool ClusterRules::HeadroomAllows(const Job& j) const {
+bool ClusterRules::headroom_allows(const Job& j) const {
   if (j.cls == PriorityClass::kHigh) return true;
   const int* placed = p_.placed_by_class;
   int nonhigh = placed[0] + placed[1];

@@ -25,15 +25,15 @@ class ClusterRules {
   // min_runtime_s ago. `overridden`: the preemptor has waited past high_min_runtime_override_s,
   // which lifts the guard except for victims preempted within cooldown + minimum run time.
   // `note_release` records when v becomes preemptible (PassState::min_runtime_release).
-  bool InMinRuntime(const Job& v, bool overridden, bool note_release);
+  bool in_min_runtime(const Job& v, bool overridden, bool note_release);
   // The preemptor has waited past high_min_runtime_override_s.
-  bool OverridesMinRuntime(const Job& j) const;
+  bool overrides_min_runtime(const Job& j) const;
 
   // The budget check: the first queue whose window budget these victims would exceed (count or
   // lost GPU-hours, with what the pass has already charged), or nullopt. Asks for a recheck when
   // that queue's oldest preemption leaves the window.
-  std::optional<std::string> ExceedsBudget(const std::vector<int>& victims, const std::vector<VictimCost>& costs);
-  void ChargeBudget(const Job& v, const VictimCost& vc);
+  std::optional<std::string> exceeds_budget(const std::vector<int>& victims, const std::vector<VictimCost>& costs);
+  void charge_budget(const Job& v, const VictimCost& vc);
 
   // A victim set that passes the local search must also keep low's guaranteed share, keep
   // non-high work under its cap (for a non-high preemptor), and fit the budgets. Notes which rule
@@ -42,7 +42,7 @@ class ClusterRules {
                 int low_taken, int freed_gpus);
 
   // May non-high job j start on free GPUs now (the reserved headroom, low's share)?
-  bool HeadroomAllows(const Job& j) const;
+  bool headroom_allows(const Job& j) const;
 
   bool low_share_blocked = false;  // the current search set a victim set aside for low's share
   bool budget_blocked = false;     // a budget refused a victim set in this pass

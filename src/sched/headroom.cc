@@ -18,7 +18,7 @@ void RefillHeadroom(PassState* pass, ClusterRules* rules, const VictimCosts& cos
     for (int vi : p.running_on[node]) {
       const Job& v = jobs[vi];
       if (p.chosen[vi] || v.cls == PriorityClass::kHigh) continue;
-      if (rules->InMinRuntime(v, /*overridden=*/false, /*note_release=*/true)) continue;
+      if (rules->in_min_runtime(v, /*overridden=*/false, /*note_release=*/true)) continue;
       cands.emplace_back(static_cast<int>(v.cls) * 1e12 + cost_of[vi].lost_gpu_s / v.gpus, vi);
     }
   }
@@ -28,10 +28,10 @@ void RefillHeadroom(PassState* pass, ClusterRules* rules, const VictimCosts& cos
     const Job& v = jobs[vi];
     if (v.cls == PriorityClass::kLow && p.placed_by_class[0] - v.gpus < p.low_share) continue;
     const VictimCost& vc = cost_of[vi];
-    if (rules->ExceedsBudget({vi}, {vc})) continue;
-    p.Evict(VictimAction(p, vi, v.node, "", -1, vc, RefillReason(p.free_sum(), p.reserve, vc)));
+    if (rules->exceeds_budget({vi}, {vc})) continue;
+    p.evict(VictimAction(p, vi, v.node, "", -1, vc, RefillReason(p.free_sum(), p.reserve, vc)));
     deficit -= v.gpus;
-    rules->ChargeBudget(v, vc);
+    rules->charge_budget(v, vc);
   }
 }
 

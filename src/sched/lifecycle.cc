@@ -33,8 +33,8 @@ void ApplyDecision(const JobAction& a, double now, int64_t request_id, ClusterSt
 
 bool RequeueAfterExit(double now, Job* job) {
   const bool moved = job->move_to >= 0;
-  if (moved) job->RequeueAfterMove(now);
-  else job->RequeueAfterPreemption(now);
+  if (moved) job->requeue_after_move(now);
+  else job->requeue_after_preemption(now);
   job->request_id = 0;
   return moved;
 }
@@ -47,12 +47,12 @@ Status ExecuteDecisions(const Decisions& decisions, double now, Executor* execut
     int64_t request_id = 0;
     Status s;
     switch (a.kind) {
-      case ActionKind::kStart: s = executor->Start(j, a); break;
+      case ActionKind::kStart: s = executor->start(j, a); break;
       case ActionKind::kRequestCheckpoint:
         request_id = ++*next_request_id;
-        s = executor->RequestCheckpoint(j, request_id, a);
+        s = executor->request_checkpoint(j, request_id, a);
         break;
-      case ActionKind::kEvict: s = executor->Evict(j, a); break;
+      case ActionKind::kEvict: s = executor->evict(j, a); break;
     }
     if (s.ok()) ApplyDecision(a, now, request_id, state);
     else if (first.ok()) first = s;

@@ -44,12 +44,12 @@ const char kUsage[] =
 struct Args {
   std::string cmd;
   std::map<std::string, std::string> kv;
-  bool Has(const std::string& k) const { return kv.count(k) > 0; }
-  std::string Get(const std::string& k, const std::string& d = "") const {
+  bool has(const std::string& k) const { return kv.count(k) > 0; }
+  std::string get(const std::string& k, const std::string& d = "") const {
     auto it = kv.find(k);
     return it == kv.end() ? d : it->second;
   }
-  double Num(const std::string& k, double d) const {
+  double num(const std::string& k, double d) const {
     auto it = kv.find(k);
     if (it == kv.end()) return d;
     char* end = nullptr;
@@ -85,7 +85,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
 }
 
 int Fail(const Status& s) {
-  fprintf(stderr, "preempt-sched: %s\n", s.ToString().c_str());
+  fprintf(stderr, "preempt-sched: %s\n", s.to_string().c_str());
   return 1;
 }
 
@@ -103,10 +103,10 @@ bool MakePolicy(const std::string& name, const Args& a, PolicyOptions* p) {
     fprintf(stderr, "preempt-sched: unknown policy '%s'\n", name.c_str());
     return false;
   }
-  if (!a.Has("policy-json")) return true;
+  if (!a.has("policy-json")) return true;
   // Checked for every policy; applied to the hint-aware ones (the baselines stay as they are).
   PolicyOptions with = *p;
-  Status s = PolicyFromJson(a.Get("policy-json"), &with);
+  Status s = PolicyFromJson(a.get("policy-json"), &with);
   if (!s.ok()) {
     Fail(s);
     return false;
@@ -117,39 +117,39 @@ bool MakePolicy(const std::string& name, const Args& a, PolicyOptions* p) {
 
 int Simulate(const Args& a) {
   Trace trace;
-  std::string which = a.Get("trace", "synthetic");
+  std::string which = a.get("trace", "synthetic");
   if (which == "synthetic") {
     SyntheticOptions o;
-    o.seed = static_cast<uint64_t>(a.Num("seed", 1));
-    o.jobs = static_cast<int>(a.Num("jobs", o.jobs));
-    o.nodes = static_cast<int>(a.Num("nodes", o.nodes));
-    o.gpus_per_node = static_cast<int>(a.Num("gpus-per-node", o.gpus_per_node));
-    o.load = a.Num("load", o.load);
+    o.seed = static_cast<uint64_t>(a.num("seed", 1));
+    o.jobs = static_cast<int>(a.num("jobs", o.jobs));
+    o.nodes = static_cast<int>(a.num("nodes", o.nodes));
+    o.gpus_per_node = static_cast<int>(a.num("gpus-per-node", o.gpus_per_node));
+    o.load = a.num("load", o.load);
     trace = SyntheticTrace(o);
   } else if (which == "alibaba") {
     AlibabaOptions o;
-    o.dir = a.Get("alibaba-dir", PREEMPT_ALIBABA_TRACE_DIR);
-    o.gpus = static_cast<int>(a.Num("alibaba-gpus", 0));
-    o.overload = a.Num("alibaba-overload", o.overload);
+    o.dir = a.get("alibaba-dir", PREEMPT_ALIBABA_TRACE_DIR);
+    o.gpus = static_cast<int>(a.num("alibaba-gpus", 0));
+    o.overload = a.num("alibaba-overload", o.overload);
     if (!(o.overload >= 1 && o.overload <= 100)) {
       fprintf(stderr, "preempt-sched: --alibaba-overload: %g is not in [1, 100]\n", o.overload);
       return 2;
     }
-    if (a.Has("seed")) {
+    if (a.has("seed")) {
       fprintf(stderr, "preempt-sched: --seed applies to --trace synthetic only (the Alibaba trace is fixed)\n");
       return 2;
     }
-    o.max_jobs = static_cast<int>(a.Num("jobs", 0));
+    o.max_jobs = static_cast<int>(a.num("jobs", 0));
     Status s = LoadAlibabaTrace(o, &trace);
     if (!s.ok()) return Fail(s);
   } else {
     Status s = LoadTraceCsv(which, &trace);
     if (!s.ok()) return Fail(s);
-    int nodes = static_cast<int>(a.Num("nodes", 16)), g = static_cast<int>(a.Num("gpus-per-node", 8));
+    int nodes = static_cast<int>(a.num("nodes", 16)), g = static_cast<int>(a.num("gpus-per-node", 8));
     for (int i = 0; i < nodes; ++i) trace.nodes.push_back({"node-" + std::to_string(i), g});
   }
-  if (a.Has("write-trace")) {
-    Status s = WriteTraceCsv(a.Get("write-trace"), trace);
+  if (a.has("write-trace")) {
+    Status s = WriteTraceCsv(a.get("write-trace"), trace);
     if (!s.ok()) return Fail(s);
   }
   int gpus = 0;
@@ -160,13 +160,13 @@ int Simulate(const Args& a) {
          d.peak_gpus, d.peak_gpus_by_class[static_cast<int>(PriorityClass::kHigh)], d.high_over_capacity_s / 3600,
          d.high_excess_gpu_s / 3600);
   SimOptions so;
-  so.grace_period_s = a.Num("grace", so.grace_period_s);
-  so.sigterm_saves = !a.Has("naive");
+  so.grace_period_s = a.num("grace", so.grace_period_s);
+  so.sigterm_saves = !a.has("naive");
   if (so.grace_period_s < 0) return Fail(Status(StatusCode::kInvalidArgument, "--grace: must be >= 0 (0 = sized)"));
   std::vector<SimMetrics> rows;
   std::string csv = MetricsCsvHeader();
   int rc = 0;
-  for (const auto& name : Split(a.Get("policies", "fcfs,k8s,hint-norules,hint"), ',')) {
+  for (const auto& name : Split(a.get("policies", "fcfs,k8s,hint-norules,hint"), ',')) {
     PolicyOptions p;
     if (!MakePolicy(name, a, &p)) return 2;
     SimResult r;
@@ -181,10 +181,10 @@ int Simulate(const Args& a) {
     csv += MetricsCsvRow(trace.name, r.metrics);
   }
   printf("%s", MetricsTable(trace.name, rows).c_str());
-  if (a.Has("csv")) {
-    std::ofstream o(a.Get("csv"));
+  if (a.has("csv")) {
+    std::ofstream o(a.get("csv"));
     o << csv;
-    if (!o) return Fail(Status(StatusCode::kIoError, "write " + a.Get("csv")));
+    if (!o) return Fail(Status(StatusCode::kIoError, "write " + a.get("csv")));
   }
   return rc;
 }
@@ -193,20 +193,20 @@ int Plan(const Args& a) {
   ClusterState st;
   std::vector<std::string> notes;
   Status s;
-  if (a.Has("snapshot")) {
-    s = LoadSnapshot(a.Get("snapshot"), &st, &notes);
-  } else if (a.Has("k8s")) {
-    s = LoadK8sPodList(a.Get("k8s"), static_cast<int>(a.Num("gpus-per-node", 8)), a.Num("now", NowUnix()), &st, &notes);
+  if (a.has("snapshot")) {
+    s = LoadSnapshot(a.get("snapshot"), &st, &notes);
+  } else if (a.has("k8s")) {
+    s = LoadK8sPodList(a.get("k8s"), static_cast<int>(a.num("gpus-per-node", 8)), a.num("now", NowUnix()), &st, &notes);
   } else {
     fprintf(stderr, "%s", kUsage);
     return 2;
   }
   if (!s.ok()) return Fail(s);
   PolicyOptions p;
-  if (!MakePolicy(a.Get("policy", "hint"), a, &p)) return 2;
+  if (!MakePolicy(a.get("policy", "hint"), a, &p)) return 2;
   Decisions d = Decide(st, p);
   for (const auto& n : notes) fprintf(stderr, "note: %s\n", n.c_str());
-  if (a.Has("json")) {
+  if (a.has("json")) {
     printf("%s", DecisionsToJson(st, d).c_str());
   } else {
     printf("%s", FormatDecisions(st, d).c_str());
@@ -215,19 +215,19 @@ int Plan(const Args& a) {
 }
 
 int Run(const Args& a) {
-  if (!a.Has("spec")) {
+  if (!a.has("spec")) {
     fprintf(stderr, "%s", kUsage);
     return 2;
   }
   std::vector<RunJobSpec> jobs;
   RunOptions opt;
-  Status s = LoadRunSpec(a.Get("spec"), &jobs, &opt);
+  Status s = LoadRunSpec(a.get("spec"), &jobs, &opt);
   if (!s.ok()) return Fail(s);
-  if (a.Has("slots")) opt.slots = static_cast<int>(a.Num("slots", 1));
-  if (a.Has("work-dir")) opt.work_dir = a.Get("work-dir");
+  if (a.has("slots")) opt.slots = static_cast<int>(a.num("slots", 1));
+  if (a.has("work-dir")) opt.work_dir = a.get("work-dir");
   if (opt.work_dir.empty()) opt.work_dir = "preempt-sched-run";
-  if (a.Has("timeout")) opt.timeout_s = a.Num("timeout", opt.timeout_s);
-  opt.event_log = a.Get("events");
+  if (a.has("timeout")) opt.timeout_s = a.num("timeout", opt.timeout_s);
+  opt.event_log = a.get("events");
   std::vector<RunEvent> events;
   s = RunJobs(jobs, opt, &events);
   for (const auto& e : events) printf("%8.3f  %-10s %-16s %s\n", e.t, e.kind.c_str(), e.job.c_str(), e.detail.c_str());
@@ -260,7 +260,7 @@ bool KnownFlags(const Args& a) {
 int main(int argc, char** argv) {
   Args a;
   const bool help = argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "help");
-  if (help || !ParseArgs(argc, argv, &a) || a.Has("help") || !KnownFlags(a)) {
+  if (help || !ParseArgs(argc, argv, &a) || a.has("help") || !KnownFlags(a)) {
     fprintf(stderr, "%s\nPolicy fields (--policy-json, the run spec's \"policy\"):\n%s", kUsage,
             PolicyFieldsHelp().c_str());
     return 2;

@@ -18,11 +18,11 @@ Mover::Mover(PassState* pass, ClusterRules* rules, const VictimCosts* costs)
 // A smaller high job that may be moved for high job j: fresh hints, past its minimum run time,
 // not moved or preempted within cooldown + minimum run time, and able to save (killing it would
 // throw away more than its save loses).
-bool Mover::Movable(int vi, const Job& j) const {
+bool Mover::movable(int vi, const Job& j) const {
   const Job& v = p_.jobs[vi];
   const PolicyOptions& cfg = p_.cfg;
   if (p_.chosen[vi] || v.cls != j.cls || v.gpus >= j.gpus || !HintsFresh(v, p_.now, cfg)) return false;
-  if (rules_.InMinRuntime(v, /*overridden=*/false, /*note_release=*/false)) return false;
+  if (rules_.in_min_runtime(v, /*overridden=*/false, /*note_release=*/false)) return false;
   const double spacing = cfg.cooldown_s + cfg.min_runtime_s;
   if (p_.now < v.last_moved + spacing || p_.now < v.last_preempted + spacing) return false;
   const VictimCost& c = costs_.ordinary()[vi];
@@ -32,13 +32,13 @@ bool Mover::Movable(int vi, const Job& j) const {
 
 // Lower-priority victims on `node` high job j could take now (not chosen, past their minimum run
 // time), cheapest first.
-std::vector<int> Mover::LowerVictims(int node, const Job& j) const {
+std::vector<int> Mover::lower_victims(int node, const Job& j) const {
   const std::vector<Job>& jobs = p_.jobs;
   std::vector<int> out;
   for (int vi : p_.running_on[node]) {
     const Job& v = jobs[vi];
     if (p_.chosen[vi] || v.cls >= j.cls) continue;
-    if (rules_.InMinRuntime(v, /*overridden=*/false, /*note_release=*/false)) continue;
+    if (rules_.in_min_runtime(v, /*overridden=*/false, /*note_release=*/false)) continue;
     out.push_back(vi);
   }
   const std::vector<VictimCost>& hc = costs_.for_high(j.gpus);
@@ -54,18 +54,18 @@ std::vector<int> Mover::LowerVictims(int node, const Job& j) const {
 // Node `node` cleared for high job j with lower-priority victims and moves of smaller high jobs:
 // lower victims first (together they are too few), then the cheapest moves, then the most
 // expensive unneeded ones dropped.
-Mover::Cand Mover::Candidate(int node, const Job& j) const {
+Mover::Cand Mover::candidate(int node, const Job& j) const {
   const std::vector<Job>& jobs = p_.jobs;
   Cand c;
   if (p_.st.nodes[node].gpus < j.gpus) return c;
   const int avail = std::max(0, p_.free(node));
-  std::vector<int> low = LowerVictims(node, j);
+  std::vector<int> low = lower_victims(node, j);
   std::vector<int> mov;
   int low_g = 0, mov_g = 0;
   for (int vi : low) low_g += jobs[vi].gpus;
   if (avail + low_g >= j.gpus) return c;  // the regular search covers it (a cluster-wide rule said no)
   for (int vi : p_.running_on[node])
-    if (Movable(vi, j)) mov.push_back(vi), mov_g += jobs[vi].gpus;
+    if (movable(vi, j)) mov.push_back(vi), mov_g += jobs[vi].gpus;
   if (avail + low_g + mov_g < j.gpus) return c;
   const std::vector<VictimCost>& ordinary = costs_.ordinary();
   std::sort(mov.begin(), mov.end(), [&](int a, int b) {
@@ -111,7 +111,7 @@ const std::vector<const Mover::DestOption*>& Mover::Destinations(
       DestOption d{0, -1, {}};
       int need = gpus - std::max(0, p_.free(node));
       if (p_.st.nodes[node].gpus >= gpus) {
-        for (int vi : LowerVictims(node, moved)) {
+        for (int vi : lower_victims(node, moved)) {
           if (need <= 0) break;
           d.victims.push_back(vi);
           d.cost += hc[vi].lost_gpu_s;
@@ -133,7 +133,7 @@ const std::vector<const Mover::DestOption*>& Mover::Destinations(
 // the cheapest lower-priority victims elsewhere (one node per move: a node another move of this
 // plan already uses is skipped, so no victim is taken twice). False when a move has nowhere to
 // go or the plan costs at least best_cost.
-bool Mover::Place(const Cand& cand, double best_cost, std::map<int, std::vector<const DestOption*>>* lists,
+bool Mover::place(const Cand& cand, double best_cost, std::map<int, std::vector<const DestOption*>>* lists,
                   Plan* plan) {
   const std::vector<Job>& jobs = p_.jobs;
   Cand c = cand;
@@ -188,7 +188,7 @@ bool Mover::Place(const Cand& cand, double best_cost, std::map<int, std::vector<
 }
 
 // The cluster-wide rules (low share, budgets) over everything the plan evicts or moves.
-bool Mover::PlanFeasible(const Job& j, const Plan& plan) {
+bool Mover::plan_feasible(const Job& j, const Plan& plan) {
   std::vector<int> victims;
   std::vector<VictimCost> costs;
   int low_taken = 0;
@@ -200,12 +200,12 @@ bool Mover::PlanFeasible(const Job& j, const Plan& plan) {
   return rules_.Feasible(j, victims, costs, low_taken, /*freed_gpus=*/0);
 }
 
-bool Mover::TryDefrag(int ji) {
+bool Mover::try_defrag(int ji) {
   const Job& j = p_.jobs[ji];
   const PolicyOptions& cfg = p_.cfg;
   if (!p_.hint || cfg.defrag_max_moves <= 0 || j.cls != PriorityClass::kHigh || j.gpus < 2) return false;
   if (p_.now < j.submit_time + cfg.defrag_min_wait_s) {
-    p_.Recheck(j.submit_time + cfg.defrag_min_wait_s);
+    p_.recheck(j.submit_time + cfg.defrag_min_wait_s);
     return false;
   }
   if (j.gpus >= fail_gpus_ || tries_ >= kDefragTries) return false;
@@ -219,7 +219,7 @@ bool Mover::TryDefrag(int ji) {
   for (int node = 0; node < p_.n_nodes; ++node) {
     if (cache.version[node] != p_.node_version(node)) {
       cache.version[node] = p_.node_version(node);
-      cache.entry[node] = Candidate(node, j);
+      cache.entry[node] = candidate(node, j);
     }
     if (cache.entry[node].node >= 0) cands.push_back(&cache.entry[node]);
   }
@@ -232,19 +232,19 @@ bool Mover::TryDefrag(int ji) {
   for (const Cand* cp : cands) {
     if (cp->bound >= best.cost || ++evaluated > kDefragCandidates) break;
     Plan plan;
-    if (!Place(*cp, best.cost, &lists, &plan) || !PlanFeasible(j, plan)) continue;
+    if (!place(*cp, best.cost, &lists, &plan) || !plan_feasible(j, plan)) continue;
     best = std::move(plan);
   }
   if (best.steps.empty()) {
     fail_gpus_ = std::min(fail_gpus_, j.gpus);
     return false;
   }
-  Commit(ji, best);
+  commit(ji, best);
   return true;
 }
 
 // Emits the plan's actions; its nodes' GPUs are promised (the cleared node to ji).
-void Mover::Commit(int ji, Plan& best) {
+void Mover::commit(int ji, Plan& best) {
   const Job& j = p_.jobs[ji];
   const int target = best.steps.front().node;
   int n_moves = 0;
@@ -257,12 +257,12 @@ void Mover::Commit(int ji, Plan& best) {
                          : s.for_index == ji ? ClearReason(p_, j, s.node, n_moves, vc)
                                              : MakeRoomReason(p_, j, p_.jobs[s.for_index], s.node, target, vc);
     if (s.for_index == ji) wait = std::max(wait, vc.wait_s);
-    p_.Evict(VictimAction(p_, s.vi, s.node, p_.jobs[s.for_index].id, s.for_index, vc, std::move(reason), s.to_node));
-    rules_.ChargeBudget(p_.jobs[s.vi], vc);
+    p_.evict(VictimAction(p_, s.vi, s.node, p_.jobs[s.for_index].id, s.for_index, vc, std::move(reason), s.to_node));
+    rules_.charge_budget(p_.jobs[s.vi], vc);
   }
-  for (const auto& [node, g] : best.free_use) p_.SetFree(node, p_.free(node) - g);
-  for (const Step& s : best.steps) p_.SetFree(s.node, p_.free(s.node));  // every node touched changes version
-  p_.SetFree(target, 0);
+  for (const auto& [node, g] : best.free_use) p_.set_free(node, p_.free(node) - g);
+  for (const Step& s : best.steps) p_.set_free(s.node, p_.free(s.node));  // every node touched changes version
+  p_.set_free(target, 0);
   p_.waiting_high.emplace_back(ji, wait);
 }
 

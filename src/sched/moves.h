@@ -25,7 +25,7 @@ class Mover {
 
   // Clears a node for pending high job ji with moves when the rules and bounds allow: emits the
   // actions and returns true, or returns false and emits nothing.
-  bool TryDefrag(int ji);
+  bool try_defrag(int ji);
 
  private:
   struct Step {
@@ -57,14 +57,14 @@ class Mover {
     std::vector<T> entry;
   };
 
-  bool Movable(int vi, const Job& j) const;
-  std::vector<int> LowerVictims(int node, const Job& j) const;
-  Cand Candidate(int node, const Job& j) const;
+  bool movable(int vi, const Job& j) const;
+  std::vector<int> lower_victims(int node, const Job& j) const;
+  Cand candidate(int node, const Job& j) const;
   const std::vector<const DestOption*>& Destinations(int gpus, const Job& moved,
                                                      std::map<int, std::vector<const DestOption*>>* lists);
-  bool Place(const Cand& c, double best_cost, std::map<int, std::vector<const DestOption*>>* lists, Plan* plan);
-  bool PlanFeasible(const Job& j, const Plan& plan);
-  void Commit(int ji, Plan& best);
+  bool place(const Cand& c, double best_cost, std::map<int, std::vector<const DestOption*>>* lists, Plan* plan);
+  bool plan_feasible(const Job& j, const Plan& plan);
+  void commit(int ji, Plan& best);
 
   PassState& p_;
   ClusterRules& rules_;

@@ -49,12 +49,12 @@ PassState::PassState(const ClusterState& state, const PolicyOptions& config)
   }
 }
 
-int PassState::BestFit(int gpus) const {
+int PassState::best_fit(int gpus) const {
   auto it = by_free_.lower_bound({gpus, -1});
   return it == by_free_.end() ? -1 : it->second;
 }
 
-void PassState::SetFree(int node, int value) {
+void PassState::set_free(int node, int value) {
   if (free_[node] > 0) by_free_.erase({free_[node], node});
   free_sum_ += std::max(0, value) - std::max(0, free_[node]);
   node_version_[node]++;
@@ -62,7 +62,7 @@ void PassState::SetFree(int node, int value) {
   if (value > 0) by_free_.emplace(value, node);
 }
 
-void PassState::Start(int ji, int node, std::string reason) {
+void PassState::start(int ji, int node, std::string reason) {
   const Job& j = jobs[ji];
   JobAction a;
   a.kind = ActionKind::kStart;
@@ -71,11 +71,11 @@ void PassState::Start(int ji, int node, std::string reason) {
   a.node = node;
   a.reason = std::move(reason);
   out.actions.push_back(std::move(a));
-  SetFree(node, free_[node] - j.gpus);
+  set_free(node, free_[node] - j.gpus);
   placed_by_class[static_cast<int>(j.cls)] += j.gpus;
 }
 
-void PassState::Evict(JobAction a) {
+void PassState::evict(JobAction a) {
   const Job& v = jobs[a.job_index];
   chosen[a.job_index] = 1;
   // A moved high job keeps its class's GPUs (it restarts at once elsewhere).

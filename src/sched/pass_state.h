@@ -59,17 +59,17 @@ class PassState {
   int node_version(int node) const { return node_version_[node]; }
   // (free, node) of nodes with free GPUs, ascending: the first that fits is the best fit.
   const std::set<std::pair<int, int>>& by_free() const { return by_free_; }
-  int BestFit(int gpus) const;  // -1 when no node has that many free
-  void SetFree(int node, int value);
+  int best_fit(int gpus) const;  // -1 when no node has that many free
+  void set_free(int node, int value);
 
-  void Recheck(double at) { out.recheck_at = std::min(out.recheck_at, at); }
-  void Block(int ji, WaitCause why) {
+  void recheck(double at) { out.recheck_at = std::min(out.recheck_at, at); }
+  void block(int ji, WaitCause why) {
     if (jobs[ji].cls == PriorityClass::kHigh) blocked_high.emplace_back(ji, why);
   }
   // Emits a start of job ji on `node` and takes its GPUs there.
-  void Start(int ji, int node, std::string reason);
+  void start(int ji, int node, std::string reason);
   // Emits a victim action (built by VictimAction) and takes the victim's GPUs from its class.
-  void Evict(JobAction action);
+  void evict(JobAction action);
 
  private:
   std::vector<int> free_;

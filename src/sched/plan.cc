@@ -77,7 +77,7 @@ void AttachHintsFile(Job* j, const std::string& path, std::vector<std::string>* 
   if (s.ok()) {
     j->hints = h;
   } else {
-    notes->push_back("job " + j->id + ": no usable hints (" + s.ToString() + "); treated as unknown cost");
+    notes->push_back("job " + j->id + ": no usable hints (" + s.to_string() + "); treated as unknown cost");
   }
 }
 
@@ -199,7 +199,7 @@ Status ParseSnapshot(const std::string& text, const std::string& path, const std
       Hints h;
       Status s = HintsFromJson(sb.GetString(), path + " job " + j.id, &h);
       if (s.ok()) j.hints = h;
-      else notes->push_back(s.ToString() + "; treated as unknown cost");
+      else notes->push_back(s.to_string() + "; treated as unknown cost");
     } else if (!hf.empty() && base_dir.empty()) {
       notes->push_back("job " + j.id + ": hints_file not read (no base directory); treated as unknown cost");
     } else if (!hf.empty()) {
@@ -296,7 +296,7 @@ Status ParseK8sPodList(const std::string& text, const std::string& path, int gpu
       Hints h;
       Status s = HintsFromJson(inl, "annotation preempt.dev/hints of " + j.id, &h);
       if (s.ok()) j.hints = h;
-      else notes->push_back(s.ToString() + "; treated as unknown cost");
+      else notes->push_back(s.to_string() + "; treated as unknown cost");
     } else if (!file.empty() && !read_hints_files) {
       notes->push_back("pod " + j.id + ": preempt.dev/hints-file not read here; treated as unknown cost");
     } else if (!file.empty()) {

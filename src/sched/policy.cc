@@ -46,28 +46,28 @@ class Placer {
   Placer(PassState* pass, ClusterRules* rules, const VictimCosts* costs, const Awaiting* awaiting)
       : p_(*pass), rules_(*rules), awaiting_(*awaiting), search_(pass, rules, costs), mover_(pass, rules, costs) {}
 
-  void Place(int ji) {
-    if (Waits(ji) || StartsOnFreeGpus(ji) || !MayPreempt(ji)) return;
+  void place(int ji) {
+    if (waits(ji) || starts_on_free_gpus(ji) || !may_preempt(ji)) return;
     Choice best;
     WaitCause why = WaitCause::kOther;
-    if (search_.Find(ji, &best, &why)) {
-      TakeVictims(ji, best);
-    } else if (!mover_.TryDefrag(ji)) {
-      p_.Block(ji, why);
+    if (search_.find(ji, &best, &why)) {
+      take_victims(ji, best);
+    } else if (!mover_.try_defrag(ji)) {
+      p_.block(ji, why);
     }
   }
 
  private:
   // Done with ji for this pass without placing it: it can never fit, is in its cooldown, restarts
   // after a move, or waits for victims leaving for it (starting when they are gone).
-  bool Waits(int ji) {
+  bool waits(int ji) {
     const Job& j = p_.jobs[ji];
     if (j.gpus > p_.max_node || j.gpus <= 0) {  // can never fit
-      p_.Block(ji, WaitCause::kOther);
+      p_.block(ji, WaitCause::kOther);
       return true;
     }
     if (p_.hint && p_.cfg.cooldown_s > 0 && p_.now < j.last_preempted + p_.cfg.cooldown_s) {
-      p_.Recheck(j.last_preempted + p_.cfg.cooldown_s);
+      p_.recheck(j.last_preempted + p_.cfg.cooldown_s);
       return true;
     }
     if (j.move_to >= 0 && j.move_to < p_.n_nodes) {
@@ -76,14 +76,14 @@ class Placer {
       // for it or for another job moved there); if neither, the move's place is gone and it is
       // placed like any pending job.
       const int to = j.move_to;
-      p_.SetFree(to, p_.free(to) + j.gpus);
+      p_.set_free(to, p_.free(to) + j.gpus);
       if (p_.free(to) >= j.gpus) {
-        p_.Start(ji, to, Fmt("moved for a high-priority job; restarting on %s (%d of %d GPUs free)",
+        p_.start(ji, to, Fmt("moved for a high-priority job; restarting on %s (%d of %d GPUs free)",
                              p_.st.nodes[to].name.c_str(), p_.free(to), p_.st.nodes[to].gpus));
         return true;
       }
       if (p_.leaving_on[to] > 0) {
-        p_.SetFree(to, p_.free(to) - j.gpus);
+        p_.set_free(to, p_.free(to) - j.gpus);
         if (j.cls == PriorityClass::kHigh) p_.waiting_high.emplace_back(ji, 0.0);
         return true;
       }
@@ -92,9 +92,9 @@ class Placer {
     if (aw == awaiting_.node.end()) return false;
     const int node = aw->second;
     if (node >= 0 && p_.free(node) >= j.gpus) {
-      p_.Start(ji, node, Fmt("victims on %s have left; starting", p_.st.nodes[node].name.c_str()));
+      p_.start(ji, node, Fmt("victims on %s have left; starting", p_.st.nodes[node].name.c_str()));
     } else if (node >= 0) {
-      p_.SetFree(node, std::max(0, p_.free(node) - j.gpus));  // hold what is already free there
+      p_.set_free(node, std::max(0, p_.free(node) - j.gpus));  // hold what is already free there
       if (j.cls == PriorityClass::kHigh) p_.waiting_high.emplace_back(ji, awaiting_.left.at(ji));
     }
     return true;
@@ -102,12 +102,12 @@ class Placer {
 
   // Starts ji on the best-fitting free GPUs when the headroom allows. Also true when it would fit
   // and only the reserve stops it: it waits instead of preempting lower work.
-  bool StartsOnFreeGpus(int ji) {
+  bool starts_on_free_gpus(int ji) {
     const Job& j = p_.jobs[ji];
-    const int node = p_.BestFit(j.gpus);
-    if (rules_.HeadroomAllows(j)) {
+    const int node = p_.best_fit(j.gpus);
+    if (rules_.headroom_allows(j)) {
       if (node < 0) return false;
-      p_.Start(ji, node, Fmt("fits on %s (%d of %d GPUs free, best fit)", p_.st.nodes[node].name.c_str(),
+      p_.start(ji, node, Fmt("fits on %s (%d of %d GPUs free, best fit)", p_.st.nodes[node].name.c_str(),
                              p_.free(node), p_.st.nodes[node].gpus));
       return true;
     }
@@ -117,22 +117,22 @@ class Placer {
   }
 
   // The policy lets ji preempt now (and the pass has searches left).
-  bool MayPreempt(int ji) {
+  bool may_preempt(int ji) {
     const Job& j = p_.jobs[ji];
     const PolicyOptions& cfg = p_.cfg;
     if (cfg.kind == PolicyKind::kFcfs || !cfg.preempts_lower[static_cast<int>(j.cls)]) {
-      p_.Block(ji, WaitCause::kOther);
+      p_.block(ji, WaitCause::kOther);
       return false;
     }
     if (p_.hint && j.cls != PriorityClass::kHigh && cfg.nonhigh_preempt_delay_s > 0) {
       double since = std::max(j.submit_time, j.last_preempted);  // pending since
       if (p_.now < since + cfg.nonhigh_preempt_delay_s) {
-        p_.Recheck(since + cfg.nonhigh_preempt_delay_s);
+        p_.recheck(since + cfg.nonhigh_preempt_delay_s);
         return false;
       }
     }
     if (searches_ >= cfg.max_preemptors_per_pass) {
-      p_.Block(ji, WaitCause::kOther);
+      p_.block(ji, WaitCause::kOther);
       return false;
     }
     ++searches_;
@@ -140,7 +140,7 @@ class Placer {
   }
 
   // Emits the victims; the node's free GPUs and the victims' GPUs are now promised to ji.
-  void TakeVictims(int ji, const Choice& best) {
+  void take_victims(int ji, const Choice& best) {
     const Job& j = p_.jobs[ji];
     for (size_t k = 0; k < best.victims.size(); ++k) {
       const int vi = best.victims[k];
@@ -148,10 +148,10 @@ class Placer {
       VictimCost vc = p_.hint ? best.costs[k] : VictimCost{};
       if (!p_.hint) vc.lost_gpu_s = v.gpus * (EstimatedLostWork(v, p_.now, p_.cfg) + RestoreOf(v, p_.cfg));
       std::string reason = SearchVictimReason(p_, vi, j, best.node, best.count, vc);
-      p_.Evict(VictimAction(p_, vi, best.node, j.id, ji, vc, std::move(reason)));
-      rules_.ChargeBudget(v, vc);
+      p_.evict(VictimAction(p_, vi, best.node, j.id, ji, vc, std::move(reason)));
+      rules_.charge_budget(v, vc);
     }
-    p_.SetFree(best.node, 0);
+    p_.set_free(best.node, 0);
     if (j.cls == PriorityClass::kHigh) {
       double left = 0;
       for (const VictimCost& vc : best.costs) left = std::max(left, vc.wait_s);
@@ -251,7 +251,7 @@ bool HintsFresh(const Job& job, double now, const PolicyOptions& config) {
 
 double EstimatedLostWork(const Job& job, double now, const PolicyOptions& config) {
   if (!HintsFresh(job, now, config)) return config.unknown_lost_work_s;
-  return job.hints->LostWorkAt(now);
+  return job.hints->lost_work_at(now);
 }
 
 Decisions Decide(const ClusterState& st, const PolicyOptions& cfg) {
@@ -260,9 +260,9 @@ Decisions Decide(const ClusterState& st, const PolicyOptions& cfg) {
   ClusterRules rules(&pass);
   const VictimCosts costs(st, cfg, pass.running_on);
   Placer placer(&pass, &rules, &costs, &awaiting);
-  for (int ji : PendingOrder(st, cfg)) placer.Place(ji);
+  for (int ji : PendingOrder(st, cfg)) placer.place(ji);
   RefillHeadroom(&pass, &rules, costs);
-  if (pass.min_runtime_release < kInf) pass.Recheck(pass.min_runtime_release);
+  if (pass.min_runtime_release < kInf) pass.recheck(pass.min_runtime_release);
   EstimateWaits(&pass, rules);
   return std::move(pass.out);
 }

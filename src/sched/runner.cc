@@ -49,20 +49,20 @@ class Launcher final : public Executor {
       : specs_(specs), opt_(opt), events_(events), procs_(specs.size()), slot_owner_(opt.slots, -1) {}
   ~Launcher();
 
-  Status Run();
+  Status run();
 
-  Status Start(const Job& j, const JobAction& a) override;
-  Status RequestCheckpoint(const Job& j, int64_t request_id, const JobAction& a) override;
-  Status Evict(const Job& j, const JobAction& a) override;
+  Status start(const Job& j, const JobAction& a) override;
+  Status request_checkpoint(const Job& j, int64_t request_id, const JobAction& a) override;
+  Status evict(const Job& j, const JobAction& a) override;
 
  private:
-  Status Prepare();
-  void Emit(const std::string& kind, const std::string& job, const std::string& detail);
-  void Arrivals();
-  void Exits();
-  void Escalate();
-  void RefreshHints();
-  pid_t Spawn(const Job& j, const std::string& devices, int* fork_errno);
+  Status prepare();
+  void emit(const std::string& kind, const std::string& job, const std::string& detail);
+  void arrivals();
+  void exits();
+  void escalate();
+  void refresh_hints();
+  pid_t spawn(const Job& j, const std::string& devices, int* fork_errno);
 
   const std::vector<RunJobSpec>& specs_;
   const RunOptions& opt_;
@@ -87,7 +87,7 @@ Launcher::~Launcher() {
   if (log_) fclose(log_);
 }
 
-void Launcher::Emit(const std::string& kind, const std::string& job, const std::string& detail) {
+void Launcher::emit(const std::string& kind, const std::string& job, const std::string& detail) {
   RunEvent e{NowUnix() - t0_, kind, job, detail};
   if (log_) {
     fprintf(log_, "t=%.3f %s %s %s\n", e.t, kind.c_str(), job.c_str(), detail.c_str());
@@ -97,7 +97,7 @@ void Launcher::Emit(const std::string& kind, const std::string& job, const std::
   if (events_) events_->push_back(std::move(e));
 }
 
-Status Launcher::Prepare() {
+Status Launcher::prepare() {
   if (opt_.slots < 1) return Status(StatusCode::kInvalidArgument, "run: slots must be >= 1");
   if (opt_.work_dir.empty()) return Status(StatusCode::kInvalidArgument, "run: work_dir is empty");
   for (const RunJobSpec& spec : specs_) {
@@ -119,7 +119,7 @@ Status Launcher::Prepare() {
   return Status::OK();
 }
 
-void Launcher::Arrivals() {
+void Launcher::arrivals() {
   for (size_t i = 0; i < procs_.size(); ++i) {
     Proc& p = procs_[i];
     if (p.arrived || now_ - t0_ < p.spec->submit_after_s) continue;
@@ -132,13 +132,13 @@ void Launcher::Arrivals() {
     j.submit_time = now_;
     j.user = static_cast<int64_t>(i);
     st_.jobs.push_back(std::move(j));
-    Emit("arrive", p.spec->id, std::string(PriorityClassName(p.spec->cls)) + " gpus=" + std::to_string(p.spec->gpus));
+    emit("arrive", p.spec->id, std::string(PriorityClassName(p.spec->cls)) + " gpus=" + std::to_string(p.spec->gpus));
   }
 }
 
 // Reaps exited children: preempted ones (exited after our SIGTERM) are requeued, the others are
 // done or failed and leave the cluster.
-void Launcher::Exits() {
+void Launcher::exits() {
   for (size_t k = 0; k < st_.jobs.size();) {
     Job& j = st_.jobs[k];
     Proc& p = procs_[j.user];
@@ -155,31 +155,31 @@ void Launcher::Exits() {
     p.slots.clear();
     ::unlink(p.request_path.c_str());
     if (p.sigterm_sent && !ok) {
-      Emit(j.move_to >= 0 ? "moved" : "preempted", j.id, how + (p.killed ? " (SIGKILLed)" : ""));
+      emit(j.move_to >= 0 ? "moved" : "preempted", j.id, how + (p.killed ? " (SIGKILLed)" : ""));
       RequeueAfterExit(now_, &j);
       p.sigterm_sent = p.killed = false;
       ++k;
       continue;
     }
-    Emit(ok ? "done" : "failed", j.id, how);
+    emit(ok ? "done" : "failed", j.id, how);
     p.done = true;
     st_.jobs.erase(st_.jobs.begin() + static_cast<long>(k));
   }
 }
 
 // SIGTERM -> SIGKILL after the grace period.
-void Launcher::Escalate() {
+void Launcher::escalate() {
   for (auto& p : procs_) {
     if (p.pid > 0 && p.sigterm_sent && !p.killed && now_ >= p.kill_at) {
       ::kill(p.pid, SIGKILL);
       p.killed = true;
-      Emit("kill", p.spec->id, "grace period of " + std::to_string(p.spec->grace_s) + " s passed");
+      emit("kill", p.spec->id, "grace period of " + std::to_string(p.spec->grace_s) + " s passed");
     }
   }
 }
 
 // Hints of placed jobs (only those written by the current run count).
-void Launcher::RefreshHints() {
+void Launcher::refresh_hints() {
   for (Job& j : st_.jobs) {
     if (j.phase == JobPhase::kPending) continue;
     Proc& p = procs_[j.user];
@@ -188,23 +188,23 @@ void Launcher::RefreshHints() {
     j.hints = h;
     if (j.phase == JobPhase::kCheckpointing && h.request_ack >= j.request_id && p.acked_logged < j.request_id) {
       p.acked_logged = j.request_id;
-      Emit("ack", j.id, "request " + std::to_string(j.request_id) + " committed at step " +
+      emit("ack", j.id, "request " + std::to_string(j.request_id) + " committed at step " +
                             std::to_string(h.last_commit.step));
     }
   }
 }
 
-Status Launcher::Run() {
-  PREEMPT_RETURN_IF_ERROR(Prepare());
+Status Launcher::run() {
+  PREEMPT_RETURN_IF_ERROR(prepare());
   for (;;) {
     now_ = NowUnix();
     if (now_ - t0_ > opt_.timeout_s)
       return Status(StatusCode::kDeadlineExceeded, "run: timeout after " + std::to_string(opt_.timeout_s) + " s");
-    Arrivals();
-    Exits();
-    Escalate();
+    arrivals();
+    exits();
+    escalate();
     if (std::all_of(procs_.begin(), procs_.end(), [](const Proc& p) { return p.done; })) return Status::OK();
-    RefreshHints();
+    refresh_hints();
     st_.now = now_;
     // Refused actions (GPUs not yet released, a failed fork or request) are decided again next tick.
     (void)ExecuteDecisions(Decide(st_, opt_.policy), now_, this, &st_, &next_request_).ok();
@@ -214,7 +214,7 @@ Status Launcher::Run() {
 
 // Forks and execs the job's command with its environment (everything built before fork: only
 // exec and _exit after it). Returns the pid, or -1 with fork's errno in *fork_errno.
-pid_t Launcher::Spawn(const Job& j, const std::string& devices, int* fork_errno) {
+pid_t Launcher::spawn(const Job& j, const std::string& devices, int* fork_errno) {
   const Proc& p = procs_[j.user];
   std::vector<std::string> env_store = {
       "PREEMPT_JOB_ID=" + j.id, "PREEMPT_HINTS_FILE=" + p.hints_path,
@@ -245,7 +245,7 @@ pid_t Launcher::Spawn(const Job& j, const std::string& devices, int* fork_errno)
   return pid;
 }
 
-Status Launcher::Start(const Job& j, const JobAction& a) {
+Status Launcher::start(const Job& j, const JobAction& a) {
   Proc& p = procs_[j.user];
   std::vector<int> slots;
   for (int s = 0; s < opt_.slots && static_cast<int>(slots.size()) < j.gpus; ++s)
@@ -255,33 +255,33 @@ Status Launcher::Start(const Job& j, const JobAction& a) {
   for (int s : slots) devices += (devices.empty() ? "" : ",") + std::to_string(s);
   ::unlink(p.request_path.c_str());
   int fork_errno = 0;
-  pid_t pid = Spawn(j, devices, &fork_errno);
+  pid_t pid = spawn(j, devices, &fork_errno);
   if (pid < 0) {
     std::string why = std::string("fork: ") + strerror(fork_errno);
-    Emit("failed", j.id, why);
+    emit("failed", j.id, why);
     return Status(StatusCode::kIoError, why);
   }
   p.pid = pid;
   p.slots = slots;
   for (int s : slots) slot_owner_[s] = static_cast<int>(j.user);
   p.start_unix = now_;
-  Emit("start", j.id, "pid=" + std::to_string(pid) + " slots=" + devices + " # " + a.reason);
+  emit("start", j.id, "pid=" + std::to_string(pid) + " slots=" + devices + " # " + a.reason);
   return Status::OK();
 }
 
-Status Launcher::RequestCheckpoint(const Job& j, int64_t request_id, const JobAction& a) {
+Status Launcher::request_checkpoint(const Job& j, int64_t request_id, const JobAction& a) {
   CheckpointRequest req;
   req.id = request_id;
   Status s = WriteCheckpointRequest(procs_[j.user].request_path, req);
   if (!s.ok()) {
-    Emit("request-failed", j.id, s.ToString());
+    emit("request-failed", j.id, s.to_string());
     return s;
   }
-  Emit("request", j.id, "id=" + std::to_string(req.id) + " for " + a.for_job + " # " + a.reason);
+  emit("request", j.id, "id=" + std::to_string(req.id) + " for " + a.for_job + " # " + a.reason);
   return Status::OK();
 }
 
-Status Launcher::Evict(const Job& j, const JobAction& a) {
+Status Launcher::evict(const Job& j, const JobAction& a) {
   Proc& p = procs_[j.user];
   // grace_s: < 0 the job's own grace period, 0 kill at once, > 0 at most that long.
   double grace = a.grace_s < 0 ? p.spec->grace_s : std::min(a.grace_s, p.spec->grace_s);
@@ -291,7 +291,7 @@ Status Launcher::Evict(const Job& j, const JobAction& a) {
     p.killed = grace <= 0;
     p.kill_at = now_ + grace;
   }
-  Emit("evict", j.id, std::string(grace > 0 ? "SIGTERM" : "SIGKILL") + " for " + a.for_job + " # " + a.reason);
+  emit("evict", j.id, std::string(grace > 0 ? "SIGTERM" : "SIGKILL") + " for " + a.for_job + " # " + a.reason);
   return Status::OK();
 }
 
@@ -299,7 +299,7 @@ Status Launcher::Evict(const Job& j, const JobAction& a) {
 
 Status RunJobs(const std::vector<RunJobSpec>& specs, const RunOptions& opt, std::vector<RunEvent>* events) {
   Launcher launcher(specs, opt, events);
-  return launcher.Run();
+  return launcher.run();
 }
 
 Status LoadRunSpec(const std::string& path, std::vector<RunJobSpec>* jobs, RunOptions* opt) {

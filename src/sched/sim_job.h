@@ -41,33 +41,33 @@ struct SimJob {
   double stall_at = kSimInf, stall_d = 0;
 
   // Seconds of training in this run up to `now`: after the restore, minus the stall, until the stop.
-  double Trained(double now) const {
+  double trained(double now) const {
     double x = std::min(now, stop_at);
     double stalled = std::min(std::max(0.0, x - stall_at), stall_d);
     return std::max(0.0, x - seg_start - seg_restore - stalled);
   }
-  double Progress(double now) const { return std::min(p0 + Trained(now), t->duration_s); }
+  double progress(double now) const { return std::min(p0 + trained(now), t->duration_s); }
   // When this run reaches progress q (>= p0), training without a stop.
-  double TimeAt(double q) const {
+  double time_at(double q) const {
     double when = seg_start + seg_restore + (q - p0);
     return when > stall_at ? when + stall_d : when;
   }
-  double Periodic(double now) const {
-    double p = Progress(now) - t->ckpt_persist_s;
+  double periodic(double now) const {
+    double p = progress(now) - t->ckpt_persist_s;
     if (p <= 0) return p0;
     double c = std::floor(p / t->ckpt_interval_s) * t->ckpt_interval_s;
     return std::max(p0, c);
   }
-  double Committed(double now) const {
-    double c = Periodic(now);
+  double committed(double now) const {
+    double c = periodic(now);
     if (now >= extra_time) c = std::max(c, extra_progress);
     return c;
   }
-  double CommitTime(double now) const {
-    double c = Committed(now);
+  double commit_time(double now) const {
+    double c = committed(now);
     if (now >= extra_time && extra_progress >= c) return extra_time;
     if (c <= p0) return seg_start + seg_restore;
-    return TimeAt(c + t->ckpt_persist_s);
+    return time_at(c + t->ckpt_persist_s);
   }
 };
 

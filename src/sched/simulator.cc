@@ -17,26 +17,26 @@ namespace {
 class Simulation final : public Executor {
  public:
   Simulation(const Trace& trace, const PolicyOptions& policy, const SimOptions& opt, SimResult* res);
-  void Run();
+  void run();
 
   // Executor: the model of what each action does to the job's run.
-  Status Start(const Job& j, const JobAction& a) override;
-  Status RequestCheckpoint(const Job& j, int64_t request_id, const JobAction& a) override;
-  Status Evict(const Job& j, const JobAction& a) override;
+  Status start(const Job& j, const JobAction& a) override;
+  Status request_checkpoint(const Job& j, int64_t request_id, const JobAction& a) override;
+  Status evict(const Job& j, const JobAction& a) override;
 
  private:
-  void Push(double time, EvType type, int job, int gen) { q_.push({time, seq_++, type, job, gen}); }
-  void Violation(const std::string& s) {
+  void push(double time, EvType type, int job, int gen) { q_.push({time, seq_++, type, job, gen}); }
+  void violation(const std::string& s) {
     if (res_.violations.size() < 20) res_.violations.push_back(s);
   }
-  void Deactivate(int i);
-  void Release(int i);
-  void EndRun(int i, bool finished);
-  void Handle(const Event& e);
-  void RefreshHints();
-  void TrimHistory();
-  void AttributeWaits(const Decisions& d);
-  void CheckCapacity();
+  void deactivate(int i);
+  void release(int i);
+  void end_run(int i, bool finished);
+  void handle(const Event& e);
+  void refresh_hints();
+  void trim_history();
+  void attribute_waits(const Decisions& d);
+  void check_capacity();
 
   const Trace& trace_;
   const PolicyOptions& policy_;
@@ -78,11 +78,11 @@ Simulation::Simulation(const Trace& trace, const PolicyOptions& policy, const Si
       res_.violations.push_back("job " + tj.id + " needs more GPUs than any node; skipped");
       continue;
     }
-    Push(tj.submit, EvType::kArrival, static_cast<int>(i), 0);
+    push(tj.submit, EvType::kArrival, static_cast<int>(i), 0);
   }
 }
 
-void Simulation::Deactivate(int i) {
+void Simulation::deactivate(int i) {
   int a = sj_[i].active;
   int last = static_cast<int>(cs_.jobs.size()) - 1;
   if (a != last) {
@@ -93,7 +93,7 @@ void Simulation::Deactivate(int i) {
   sj_[i].active = -1;
 }
 
-void Simulation::Release(int i) {
+void Simulation::release(int i) {
   SimJob& s = sj_[i];
   if (s.placed) used_[s.node] -= s.t->gpus;
   s.placed = false;
@@ -101,18 +101,18 @@ void Simulation::Release(int i) {
 }
 
 // Ends the current run now (finish or eviction) and accounts its GPU time.
-void Simulation::EndRun(int i, bool finished) {
+void Simulation::end_run(int i, bool finished) {
   SimJob& s = sj_[i];
   double alloc = now_ - s.seg_start;
-  double committed = finished ? s.t->duration_s : s.Committed(now_);
+  double committed = finished ? s.t->duration_s : s.committed(now_);
   double gain = committed - s.p0;
   double lost = alloc - gain;
-  if (lost < -1e-6) Violation("job " + s.t->id + ": negative lost work");
-  if (gain < -1e-6) Violation("job " + s.t->id + ": committed progress went backwards");
+  if (lost < -1e-6) violation("job " + s.t->id + ": negative lost work");
+  if (gain < -1e-6) violation("job " + s.t->id + ": committed progress went backwards");
   s.allocated_gpu_s += s.t->gpus * alloc;
   s.lost_gpu_s += s.t->gpus * std::max(0.0, lost);
   double restore = std::min(alloc, s.seg_restore);
-  double trained = s.Trained(now_);
+  double trained = s.trained(now_);
   double stopped = std::max(0.0, alloc - restore - trained);
   s.lost_restore_gpu_s += s.t->gpus * restore;
   s.lost_stopped_gpu_s += s.t->gpus * stopped;
@@ -124,10 +124,10 @@ void Simulation::EndRun(int i, bool finished) {
   s.stop_at = kSimInf;
   s.stall_at = kSimInf;
   s.stall_d = 0;
-  Release(i);
+  release(i);
 }
 
-void Simulation::Handle(const Event& e) {
+void Simulation::handle(const Event& e) {
   SimJob* s = e.job >= 0 ? &sj_[e.job] : nullptr;
   switch (e.type) {
     case EvType::kArrival: {
@@ -146,11 +146,11 @@ void Simulation::Handle(const Event& e) {
     }
     case EvType::kFinish: {
       if (e.gen != s->gen || s->active < 0) break;
-      if (s->Progress(now_) < s->t->duration_s - 1e-6) break;  // a stall delayed it: a later event is queued
-      EndRun(e.job, true);
+      if (s->progress(now_) < s->t->duration_s - 1e-6) break;  // a stall delayed it: a later event is queued
+      end_run(e.job, true);
       s->finish = now_;
       m_.completed++;
-      Deactivate(e.job);
+      deactivate(e.job);
       break;
     }
     case EvType::kCkptDone: {
@@ -162,7 +162,7 @@ void Simulation::Handle(const Event& e) {
     case EvType::kEvictDone: {
       if (e.gen != s->gen || s->active < 0) break;
       Job& j = cs_.jobs[s->active];
-      EndRun(e.job, false);
+      end_run(e.job, false);
       // Thrash: preempted or moved again within the window of its previous preemption or move.
       if (now_ - std::max(s->last_preempted, s->last_moved) < opt_.thrash_window_s) m_.thrash_cycles++;
       if (RequeueAfterExit(now_, &j)) {  // moved for a high job (defragmentation), not preempted
@@ -182,7 +182,7 @@ void Simulation::Handle(const Event& e) {
 }
 
 // Exact, fresh hints for every placed job.
-void Simulation::RefreshHints() {
+void Simulation::refresh_hints() {
   for (Job& j : cs_.jobs) {
     if (j.phase == JobPhase::kPending) continue;
     const SimJob& s = sj_[j.user];
@@ -195,19 +195,19 @@ void Simulation::RefreshHints() {
     h.cost.persist_s = s.t->ckpt_persist_s;
     h.grace.needed_s = h.checkpoint_s();
     h.grace.granted_s = opt_.sigterm_saves ? s.grace : 0;  // a naive job does not save on SIGTERM
-    double committed = s.Committed(now_);
+    double committed = s.committed(now_);
     // GPU time of this run not yet turned into a durable commit: with no new commit since it
     // (re)started, that includes the restore it is paying now.
-    h.lost_work_s = committed > s.p0 ? std::max(0.0, s.Progress(now_) - committed) : now_ - s.seg_start;
+    h.lost_work_s = committed > s.p0 ? std::max(0.0, s.progress(now_) - committed) : now_ - s.seg_start;
     h.last_commit.step = committed > 0 ? static_cast<int64_t>(committed) : -1;
-    h.last_commit.committed_at = s.CommitTime(now_);
-    h.step = static_cast<int64_t>(s.Progress(now_));
+    h.last_commit.committed_at = s.commit_time(now_);
+    h.step = static_cast<int64_t>(s.progress(now_));
     h.state = j.phase == JobPhase::kCheckpointing ? JobState::kCheckpointing : JobState::kTraining;
   }
 }
 
 // Forget budget history older than any window.
-void Simulation::TrimHistory() {
+void Simulation::trim_history() {
   std::vector<PreemptionRecord>& h = cs_.history;
   if (h.empty() || h.front().time >= now_ - policy_.budget_window_s) return;
   size_t k = 0;
@@ -215,9 +215,9 @@ void Simulation::TrimHistory() {
   h.erase(h.begin(), h.begin() + static_cast<long>(k));
 }
 
-Status Simulation::Start(const Job& j, const JobAction& a) {
+Status Simulation::start(const Job& j, const JobAction& a) {
   if (j.phase != JobPhase::kPending) {
-    Violation("start of non-pending job " + j.id);
+    violation("start of non-pending job " + j.id);
     return Status(StatusCode::kInvalidArgument, "start of non-pending job " + j.id);
   }
   const int i = static_cast<int>(j.user);
@@ -225,10 +225,10 @@ Status Simulation::Start(const Job& j, const JobAction& a) {
   used_[a.node] += j.gpus;
   if (used_[a.node] > cs_.nodes[a.node].gpus) {
     m_.capacity_violations++;
-    Violation("node " + cs_.nodes[a.node].name + " over capacity starting " + j.id);
+    violation("node " + cs_.nodes[a.node].name + " over capacity starting " + j.id);
   }
   if (j.move_to >= 0) {
-    if (a.node != j.move_to) Violation("moved job " + j.id + " restarted off the node it was moved to");
+    if (a.node != j.move_to) violation("moved job " + j.id + " restarted off the node it was moved to");
     if (s.moved_at >= 0) {
       m_.move_restart_wait_s += now_ - s.moved_at;
       m_.move_restarts++;
@@ -241,30 +241,30 @@ Status Simulation::Start(const Job& j, const JobAction& a) {
   s.seg_restore = s.p0 > 0 ? s.t->restore_s : 0;
   s.gen++;
   if (s.first_start < 0) s.first_start = now_;
-  Push(now_ + s.seg_restore + (s.t->duration_s - s.p0), EvType::kFinish, i, s.gen);
+  push(now_ + s.seg_restore + (s.t->duration_s - s.p0), EvType::kFinish, i, s.gen);
   return Status::OK();
 }
 
-Status Simulation::RequestCheckpoint(const Job& j, int64_t request_id, const JobAction& a) {
+Status Simulation::request_checkpoint(const Job& j, int64_t request_id, const JobAction& a) {
   const int i = static_cast<int>(j.user);
   SimJob& s = sj_[i];
   // The in-flight step drains, the snapshot is taken at its end, training pauses for the stall
   // (copy to staging) and continues while the snapshot persists.
   double snap = now_ + s.t->ckpt_drain_s;
-  s.extra_progress = s.Progress(snap);
+  s.extra_progress = s.progress(snap);
   s.extra_time = snap + s.t->ckpt_stall_s + s.t->ckpt_persist_s;
   if (s.stall_at == kSimInf) {
     s.stall_at = snap;
     s.stall_d = s.t->ckpt_stall_s;
-    Push(s.TimeAt(s.t->duration_s), EvType::kFinish, i, s.gen);  // the stall delays the end
+    push(s.time_at(s.t->duration_s), EvType::kFinish, i, s.gen);  // the stall delays the end
   }
-  Push(s.extra_time, EvType::kCkptDone, i, s.gen);
+  push(s.extra_time, EvType::kCkptDone, i, s.gen);
   m_.checkpoint_requests++;
   return Status::OK();
 }
 
 // SIGTERM (or a kill at once when grace_s == 0); see the model in simulator.h.
-Status Simulation::Evict(const Job& j, const JobAction& a) {
+Status Simulation::evict(const Job& j, const JobAction& a) {
   const int i = static_cast<int>(j.user);
   SimJob& s = sj_[i];
   double exit_at = now_;
@@ -275,11 +275,11 @@ Status Simulation::Evict(const Job& j, const JobAction& a) {
       // A requested save is in flight: the stop finishes it; training stops at its snapshot.
       save_end = s.extra_time;
       s.stop_at = std::max(now_, s.stall_at);
-    } else if (s.Progress(now_) > s.Committed(now_) + 1e-9) {
+    } else if (s.progress(now_) > s.committed(now_) + 1e-9) {
       // The stop snapshot: the in-flight step drains, then training is over; the stall and the
       // persist follow.
       double snap = now_ + s.t->ckpt_drain_s;
-      s.extra_progress = s.Progress(snap);
+      s.extra_progress = s.progress(snap);
       s.extra_time = snap + s.t->ckpt_stall_s + s.t->ckpt_persist_s;
       s.stop_at = snap;
       save_end = s.extra_time;
@@ -296,12 +296,12 @@ Status Simulation::Evict(const Job& j, const JobAction& a) {
   }
   s.exit_at = exit_at;
   s.gen++;  // pending finish/commit events of this run no longer apply
-  Push(exit_at + opt_.eviction_latency_s, EvType::kEvictDone, i, s.gen);
+  push(exit_at + opt_.eviction_latency_s, EvType::kEvictDone, i, s.gen);
   return Status::OK();
 }
 
 // Which pending high jobs wait, and why (victims leaving: saving or just exiting).
-void Simulation::AttributeWaits(const Decisions& d) {
+void Simulation::attribute_waits(const Decisions& d) {
   std::unordered_map<std::string, bool> saving_for;
   for (const Job& j : cs_.jobs) {
     if ((j.phase != JobPhase::kCheckpointing && j.phase != JobPhase::kEvicting) || j.preemptor.empty()) continue;
@@ -322,17 +322,17 @@ void Simulation::AttributeWaits(const Decisions& d) {
   }
 }
 
-void Simulation::CheckCapacity() {
+void Simulation::check_capacity() {
   for (size_t n = 0; n < used_.size(); ++n) {
     if (used_[n] < 0 || used_[n] > cs_.nodes[n].gpus) {
       m_.capacity_violations++;
-      Violation("node " + cs_.nodes[n].name + " uses " + std::to_string(used_[n]) + " of " +
+      violation("node " + cs_.nodes[n].name + " uses " + std::to_string(used_[n]) + " of " +
                 std::to_string(cs_.nodes[n].gpus) + " GPUs");
     }
   }
 }
 
-void Simulation::Run() {
+void Simulation::run() {
   double prev_now = 0;
   while (!q_.empty()) {
     now_ = q_.top().time;
@@ -344,11 +344,11 @@ void Simulation::Run() {
       Event e = q_.top();
       q_.pop();
       last_event_ = now_;
-      Handle(e);
+      handle(e);
     }
-    RefreshHints();
+    refresh_hints();
     cs_.now = now_;
-    TrimHistory();
+    trim_history();
     auto t0 = std::chrono::steady_clock::now();
     Decisions d = Decide(cs_, policy_);
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
@@ -357,12 +357,12 @@ void Simulation::Run() {
     m_.decide_max_us = std::max(m_.decide_max_us, us);
     // The only refusal is a start of a job that is not pending: already recorded as a violation.
     (void)ExecuteDecisions(d, now_, this, &cs_, &next_request_).ok();
-    AttributeWaits(d);
+    attribute_waits(d);
     if (d.recheck_at < kSimInf && d.recheck_at > now_ && !wakes_.count(d.recheck_at)) {
       wakes_.insert(d.recheck_at);
-      Push(d.recheck_at, EvType::kWake, -1, 0);
+      push(d.recheck_at, EvType::kWake, -1, 0);
     }
-    if (opt_.check_invariants) CheckCapacity();
+    if (opt_.check_invariants) check_capacity();
   }
   double end = opt_.horizon_s > 0 ? std::min(opt_.horizon_s, last_event_) : last_event_;
   FinishMetrics(sj_, wait_by_, end, first_submit_, total_gpus_, decide_total_us_, opt_, &res_);
@@ -374,7 +374,7 @@ Status Simulate(const Trace& trace, const PolicyOptions& policy, const SimOption
   PREEMPT_RETURN_IF_ERROR(ValidateTrace(trace));
   SimResult res;
   Simulation sim(trace, policy, opt, &res);
-  sim.Run();
+  sim.run();
   *out = std::move(res);
   return Status::OK();
 }

@@ -13,17 +13,17 @@ namespace {
 class Rng {
  public:
   explicit Rng(uint64_t seed) : s_(seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL) {}
-  uint64_t Next() {  // splitmix64
+  uint64_t next() {  // splitmix64
     uint64_t z = (s_ += 0x9E3779B97F4A7C15ULL);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
   }
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double Uniform(double a, double b) { return a + (b - a) * Uniform(); }
-  double Exponential(double mean) { return -mean * std::log(1.0 - Uniform()); }
-  double Normal() {
-    double u1 = 1.0 - Uniform(), u2 = Uniform();
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+  double uniform(double a, double b) { return a + (b - a) * uniform(); }
+  double exponential(double mean) { return -mean * std::log(1.0 - uniform()); }
+  double normal() {
+    double u1 = 1.0 - uniform(), u2 = uniform();
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * M_PI * u2);
   }
 
@@ -64,13 +64,13 @@ Trace SyntheticTrace(const SyntheticOptions& o) {
     char id[32];
     snprintf(id, sizeof id, "job-%05d", i);
     j.id = id;
-    now += rng.Exponential(1.0 / rate);
+    now += rng.exponential(1.0 / rate);
     j.submit = std::round(now);
-    double u = rng.Uniform();
+    double u = rng.uniform();
     j.cls = u < o.frac_high ? PriorityClass::kHigh
                             : (u < o.frac_high + o.frac_medium ? PriorityClass::kMedium : PriorityClass::kLow);
-    j.queue = std::string(PriorityClassName(j.cls)) + "-team" + std::to_string(rng.Next() % 3);
-    double g = rng.Uniform();
+    j.queue = std::string(PriorityClassName(j.cls)) + "-team" + std::to_string(rng.next() % 3);
+    double g = rng.uniform();
     j.gpus = 8;
     for (int k = 0; k < 4; ++k)
       if (g < gpu_cdf[k]) {
@@ -78,11 +78,11 @@ Trace SyntheticTrace(const SyntheticOptions& o) {
         break;
       }
     j.gpus = std::min(j.gpus, o.gpus_per_node);
-    j.duration_s = std::round(std::clamp(o.median_duration_s * std::exp(o.duration_sigma * rng.Normal()), 60.0,
+    j.duration_s = std::round(std::clamp(o.median_duration_s * std::exp(o.duration_sigma * rng.normal()), 60.0,
                                          o.max_duration_s));
-    double bytes = j.gpus * rng.Uniform(2e9, 16e9);      // model + optimizer state per GPU
+    double bytes = j.gpus * rng.uniform(2e9, 16e9);      // model + optimizer state per GPU
     const double intervals[] = {600, 1200, 1800};
-    ApplyCheckpointModel(bytes, intervals[rng.Next() % 3], &j);
+    ApplyCheckpointModel(bytes, intervals[rng.next() % 3], &j);
     t.jobs.push_back(std::move(j));
   }
   return t;

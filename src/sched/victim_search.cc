@@ -39,13 +39,13 @@ VictimSearch::VictimSearch(PassState* pass, ClusterRules* rules, const VictimCos
     : p_(*pass), rules_(*rules), costs_(*costs), heaps_(2 * static_cast<size_t>(kNumClasses) * (p_.max_node + 1)) {}
 
 // std heaps put the largest first: "less" = worse choice.
-bool VictimSearch::HeapLess(const HeapItem& a, const HeapItem& b) const {
+bool VictimSearch::heap_less(const HeapItem& a, const HeapItem& b) const {
   return BetterChoice(b.choice, a.choice, p_.cfg.kind);
 }
 
 // Kubernetes: remove all lower-priority pods, then reprieve the most important ones (higher
 // priority, then earlier start) while the preemptor still fits.
-void VictimSearch::KubernetesOrder(const std::vector<int>& cand_in, int cand_gpus, int need, Choice* c) const {
+void VictimSearch::kubernetes_order(const std::vector<int>& cand_in, int cand_gpus, int need, Choice* c) const {
   const std::vector<Job>& jobs = p_.jobs;
   std::vector<int> cand = cand_in;
   std::sort(cand.begin(), cand.end(), [&](int a, int b) {
@@ -62,7 +62,7 @@ void VictimSearch::KubernetesOrder(const std::vector<int>& cand_in, int cand_gpu
 
 // Hint-aware: cheapest first (lower class first, then lost GPU-s per GPU), then the most expensive
 // victims that turn out not to be needed dropped.
-void VictimSearch::CheapestFirst(const Job& j, const std::vector<int>& cand, int need, Choice* c) const {
+void VictimSearch::cheapest_first(const Job& j, const std::vector<int>& cand, int need, Choice* c) const {
   const std::vector<Job>& jobs = p_.jobs;
   const std::vector<VictimCost>& costs = costs_.for_preemptor(j);
   std::vector<VictimCost> cand_cost;
@@ -96,26 +96,26 @@ void VictimSearch::CheapestFirst(const Job& j, const std::vector<int>& cand, int
 }
 
 // The best victim set on one node for pending job j (node = -1 when there is none).
-Choice VictimSearch::Evaluate(int node, const Job& j) {
+Choice VictimSearch::evaluate(int node, const Job& j) {
   const std::vector<Job>& jobs = p_.jobs;
   const int cls = static_cast<int>(j.cls);
   int need = j.gpus - std::max(0, p_.free(node));
   if (need <= 0) return Choice{};  // (only when headroom blocked a fit; not reached)
   std::vector<int> cand;
   int cand_gpus = 0;
-  const bool ovr = rules_.OverridesMinRuntime(j);
+  const bool ovr = rules_.overrides_min_runtime(j);
   for (int vi : p_.running_on[node]) {
     const Job& v = jobs[vi];
     if (p_.chosen[vi] || static_cast<int>(v.cls) >= cls) continue;
-    if (rules_.InMinRuntime(v, ovr, /*note_release=*/true)) continue;
+    if (rules_.in_min_runtime(v, ovr, /*note_release=*/true)) continue;
     cand.push_back(vi);
     cand_gpus += v.gpus;
   }
   if (cand_gpus < need) return Choice{};
   Choice c;
   c.node = node;
-  if (p_.cfg.kind == PolicyKind::kKubernetes) KubernetesOrder(cand, cand_gpus, need, &c);
-  else CheapestFirst(j, cand, need, &c);
+  if (p_.cfg.kind == PolicyKind::kKubernetes) kubernetes_order(cand, cand_gpus, need, &c);
+  else cheapest_first(j, cand, need, &c);
   c.count = static_cast<int>(c.victims.size());
   for (int vi : c.victims) c.max_class = std::max(c.max_class, static_cast<int>(jobs[vi].cls));
   for (int vi : c.victims)
@@ -124,15 +124,15 @@ Choice VictimSearch::Evaluate(int node, const Job& j) {
   return c;
 }
 
-bool VictimSearch::Find(int ji, Choice* best, WaitCause* why) {
+bool VictimSearch::find(int ji, Choice* best, WaitCause* why) {
   const Job& j = p_.jobs[ji];
   const int cls = static_cast<int>(j.cls);
-  const int ovr = rules_.OverridesMinRuntime(j) ? 1 : 0;
+  const int ovr = rules_.overrides_min_runtime(j) ? 1 : 0;
   if (j.gpus >= fail_gpus_[ovr][cls]) {
     *why = fail_cause_[ovr][cls];
     return false;
   }
-  auto less = [this](const HeapItem& a, const HeapItem& b) { return HeapLess(a, b); };
+  auto less = [this](const HeapItem& a, const HeapItem& b) { return heap_less(a, b); };
   // Jobs that override the minimum run time see more victims: their own heaps.
   const size_t key = (static_cast<size_t>(ovr) * kNumClasses + cls) * (p_.max_node + 1) + j.gpus;
   rules_.low_share_blocked = false;
@@ -143,7 +143,7 @@ bool VictimSearch::Find(int ji, Choice* best, WaitCause* why) {
     heap.built = true;
     for (int node = 0; node < p_.n_nodes; ++node) {
       if (p_.st.nodes[node].gpus < j.gpus) continue;
-      Choice c = Evaluate(node, j);
+      Choice c = evaluate(node, j);
       if (c.node < 0) continue;
       heap.items.push_back({p_.node_version(node), std::move(c)});
     }
@@ -157,7 +157,7 @@ bool VictimSearch::Find(int ji, Choice* best, WaitCause* why) {
     heap.items.pop_back();
     const int node = top.choice.node;
     if (top.version != p_.node_version(node)) {
-      Choice c = Evaluate(node, j);
+      Choice c = evaluate(node, j);
       if (c.node >= 0) {
         heap.items.push_back({p_.node_version(node), std::move(c)});
         std::push_heap(heap.items.begin(), heap.items.end(), less);

@@ -40,7 +40,7 @@ class VictimSearch {
 
   // The best victim set for pending job ji that passes the cluster rules now. False when there
   // is none, with the reason in *why.
-  bool Find(int ji, Choice* best, WaitCause* why);
+  bool find(int ji, Choice* best, WaitCause* why);
 
  private:
   struct HeapItem {
@@ -51,10 +51,10 @@ class VictimSearch {
     bool built = false;
     std::vector<HeapItem> items;
   };
-  Choice Evaluate(int node, const Job& j);
-  void KubernetesOrder(const std::vector<int>& cand, int cand_gpus, int need, Choice* c) const;
-  void CheapestFirst(const Job& j, const std::vector<int>& cand, int need, Choice* c) const;
-  bool HeapLess(const HeapItem& a, const HeapItem& b) const;
+  Choice evaluate(int node, const Job& j);
+  void kubernetes_order(const std::vector<int>& cand, int cand_gpus, int need, Choice* c) const;
+  void cheapest_first(const Job& j, const std::vector<int>& cand, int need, Choice* c) const;
+  bool heap_less(const HeapItem& a, const HeapItem& b) const;
 
   PassState& p_;
   ClusterRules& rules_;

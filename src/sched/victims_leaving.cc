@@ -33,7 +33,7 @@ Awaiting EvictCheckpointedVictims(PassState* pass) {
     const bool acked = v.hints && v.hints->request_ack >= v.request_id;
     const double deadline = v.request_time + p.cfg.checkpoint_deadline_s;
     if (!acked && p.now < deadline) {
-      p.Recheck(deadline);
+      p.recheck(deadline);
       continue;
     }
     VictimCost vc;

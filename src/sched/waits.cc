@@ -23,7 +23,7 @@ void EstimateWaits(PassState* pass, const ClusterRules& rules) {
     w.job_index = ji;
     w.cause = cause;
     if (cause == WaitCause::kMinRuntime && p.hint && cfg.high_min_runtime_override_s > 0)
-      p.Recheck(j.submit_time + cfg.high_min_runtime_override_s);
+      p.recheck(j.submit_time + cfg.high_min_runtime_override_s);
     w.waited_s = p.now - j.submit_time;
     if (j.gpus > p.max_node) {
       w.est_wait_s = kInf;

@@ -190,13 +190,13 @@ Status InstallSignalHandlers(const SignalOptions& opts) {
   std::vector<int> stop = opts.stop_signals, ckpt = opts.checkpoint_signals;
   if (stop.empty()) {
     const char* env = std::getenv("PREEMPT_STOP_SIGNALS");
-    if (env && *env) PREEMPT_RETURN_IF_ERROR(ParseSignalList(env, &stop).WithContext("PREEMPT_STOP_SIGNALS"));
+    if (env && *env) PREEMPT_RETURN_IF_ERROR(ParseSignalList(env, &stop).with_context("PREEMPT_STOP_SIGNALS"));
     if (stop.empty()) stop = {SIGTERM};
   }
   if (ckpt.empty()) {
     const char* env = std::getenv("PREEMPT_CHECKPOINT_SIGNALS");
     if (env && *env) {
-      PREEMPT_RETURN_IF_ERROR(ParseSignalList(env, &ckpt).WithContext("PREEMPT_CHECKPOINT_SIGNALS"));
+      PREEMPT_RETURN_IF_ERROR(ParseSignalList(env, &ckpt).with_context("PREEMPT_CHECKPOINT_SIGNALS"));
     } else {
       ckpt = {SIGUSR2};
     }

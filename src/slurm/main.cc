@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
     return Fail("unknown policy '" + kv["policy"] + "'");
   if (kv.count("policy-json")) {
     Status s = PolicyFromJson(kv["policy-json"], &opt.policy);
-    if (!s.ok()) return Fail("--policy-json: " + s.ToString());
+    if (!s.ok()) return Fail("--policy-json: " + s.to_string());
   }
   double interval_s = 2, timeout_s = 0;
   if (kv.count("interval") && !PositiveSeconds("interval", kv["interval"], &interval_s, false)) return 2;
@@ -112,8 +112,8 @@ int main(int argc, char** argv) {
     Decisions d;
     ClusterState st;
     std::vector<SlurmEvent> events;
-    Status s = backend.Tick(false, &d, &st, &events);
-    if (!s.ok()) return Fail(s.ToString());
+    Status s = backend.tick(false, &d, &st, &events);
+    if (!s.ok()) return Fail(s.to_string());
     for (const auto& e : events)
       if (e.kind == "warn") fprintf(stderr, "warning: job %s: %s\n", e.job.c_str(), e.detail.c_str());
     fputs((kv.count("json") ? DecisionsToJson(st, d) + "\n" : FormatDecisions(st, d)).c_str(), stdout);
@@ -125,8 +125,8 @@ int main(int argc, char** argv) {
     Decisions d;
     ClusterState st;
     std::vector<SlurmEvent> events;
-    Status s = backend.Tick(true, &d, &st, &events);
-    if (!s.ok()) events.push_back({NowUnix(), "error", "-", s.ToString()});
+    Status s = backend.tick(true, &d, &st, &events);
+    if (!s.ok()) events.push_back({NowUnix(), "error", "-", s.to_string()});
     for (const auto& e : events) Print(e, t0);
     for (double slept = 0; slept < interval_s && !g_stop; slept += 0.1)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -23,7 +23,7 @@ SlurmBackend::SlurmBackend(SlurmBackendOptions options)
       // Request ids must grow across backend restarts too (a job ignores ids it has seen).
       next_request_(static_cast<int64_t>(NowUnix() * 1000)) {}
 
-PriorityClass SlurmBackend::ClassOf(const std::string& partition) const {
+PriorityClass SlurmBackend::class_of(const std::string& partition) const {
   auto it = opt_.partition_class.find(partition);
   if (it != opt_.partition_class.end()) return it->second;
   int lo = 1 << 30, hi = -(1 << 30), tier = 0;
@@ -38,7 +38,7 @@ PriorityClass SlurmBackend::ClassOf(const std::string& partition) const {
   return PriorityClass::kMedium;
 }
 
-void SlurmBackend::WarnGrace(const SlurmJob& sj, const Job& j, std::vector<SlurmEvent>* events) {
+void SlurmBackend::warn_grace(const SlurmJob& sj, const Job& j, std::vector<SlurmEvent>* events) {
   Tracked& t = tracked_[sj.id];
   if (t.grace_warned || !j.hints || j.hints->grace.needed_s <= 0) return;
   const SlurmPartition* part = nullptr;
@@ -62,7 +62,7 @@ void SlurmBackend::WarnGrace(const SlurmJob& sj, const Job& j, std::vector<Slurm
                          std::to_string(suggest) + " in the job"});
 }
 
-Status SlurmBackend::Observe(ClusterState* st, std::vector<SlurmEvent>* events) {
+Status SlurmBackend::observe(ClusterState* st, std::vector<SlurmEvent>* events) {
   std::string text;
   PREEMPT_RETURN_IF_ERROR(RunCommand({opt_.scontrol, "show", "partition", "-o"}, opt_.command_timeout_s, &text));
   PREEMPT_RETURN_IF_ERROR(ParsePartitions(text, &partitions_));
@@ -82,7 +82,7 @@ Status SlurmBackend::Observe(ClusterState* st, std::vector<SlurmEvent>* events) 
     if (!pending && !placed) continue;
     Job j;
     j.id = sj.id;
-    j.cls = ClassOf(sj.partition);
+    j.cls = class_of(sj.partition);
     j.queue = sj.partition;
     j.gpus = sj.gpus;
     j.submit_time = sj.submit_unix;
@@ -120,7 +120,7 @@ Status SlurmBackend::Observe(ClusterState* st, std::vector<SlurmEvent>* events) 
                              "request " + std::to_string(t.request_id) + " committed at step " +
                                  std::to_string(h.last_commit.step)});
         }
-        WarnGrace(sj, j, events);
+        warn_grace(sj, j, events);
       }
     }
     s.jobs.push_back(std::move(j));
@@ -130,7 +130,7 @@ Status SlurmBackend::Observe(ClusterState* st, std::vector<SlurmEvent>* events) 
   return Status::OK();
 }
 
-Status SlurmBackend::Execute(const JobAction& a, const ClusterState& st, std::vector<SlurmEvent>* events) {
+Status SlurmBackend::carry_out(const JobAction& a, const ClusterState& st, std::vector<SlurmEvent>* events) {
   double now = NowUnix();
   Tracked& t = tracked_[a.job];
   switch (a.kind) {
@@ -162,16 +162,16 @@ Status SlurmBackend::Execute(const JobAction& a, const ClusterState& st, std::ve
   return Status::OK();
 }
 
-Status SlurmBackend::Tick(bool execute, Decisions* d, ClusterState* st, std::vector<SlurmEvent>* events) {
-  PREEMPT_RETURN_IF_ERROR(Observe(st, events));
+Status SlurmBackend::tick(bool execute, Decisions* d, ClusterState* st, std::vector<SlurmEvent>* events) {
+  PREEMPT_RETURN_IF_ERROR(observe(st, events));
   *d = Decide(*st, opt_.policy);
   for (const JobAction& a : d->actions) {
     events->push_back({st->now, "decide", a.job,
                        std::string(ActionKindName(a.kind)) + (a.for_job.empty() ? "" : " for " + a.for_job) + " # " +
                            a.reason});
     if (!execute) continue;
-    Status s = Execute(a, *st, events);
-    if (!s.ok()) events->push_back({NowUnix(), "error", a.job, s.ToString()});
+    Status s = carry_out(a, *st, events);
+    if (!s.ok()) events->push_back({NowUnix(), "error", a.job, s.to_string()});
   }
   return Status::OK();
 }

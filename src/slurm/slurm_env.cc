@@ -75,7 +75,7 @@ Status ReadSlurmRequeueOptions(const EnvLookup& env, SlurmRequeueOptions* out) {
   std::string text = on && *on ? on : "USR1";
   if (text != "none") {
     Status st = ParseSignalList(text, &o.signals);
-    if (!st.ok()) return st.WithContext("environment PREEMPT_SLURM_REQUEUE_ON");
+    if (!st.ok()) return st.with_context("environment PREEMPT_SLURM_REQUEUE_ON");
   }
   if (const char* s = env("PREEMPT_SCONTROL"); s && *s) o.scontrol = s;
   if (const char* s = env("PREEMPT_SLURM_REQUEUE_PREEMPTED"); s && *s) {
@@ -134,7 +134,7 @@ void RequeueAfterStopFromEnv(int stop_signal, bool committed) {
   Status st = ReadSlurmTask(env, &task);
   if (st.ok()) st = ReadSlurmRequeueOptions(env, &opt);
   if (!st.ok()) {
-    PREEMPT_LOG_WARN("slurm: not requeueing: %s", st.ToString().c_str());
+    PREEMPT_LOG_WARN("slurm: not requeueing: %s", st.to_string().c_str());
     return;
   }
   SelfRequeue r = RequeueAfterStop(task, opt, stop_signal, committed, &st);
@@ -142,7 +142,7 @@ void RequeueAfterStopFromEnv(int stop_signal, bool committed) {
     PREEMPT_LOG_INFO("slurm: job %s requeued itself after %s (stop checkpoint committed)", task.job_id.c_str(),
                      SignalName(stop_signal));
   } else if (r == SelfRequeue::kFailed) {
-    PREEMPT_LOG_WARN("slurm: requeue of job %s failed: %s", task.job_id.c_str(), st.ToString().c_str());
+    PREEMPT_LOG_WARN("slurm: requeue of job %s failed: %s", task.job_id.c_str(), st.to_string().c_str());
   } else if (r == SelfRequeue::kNotCommitted) {
     PREEMPT_LOG_WARN("slurm: job %s not requeued after %s: the stop checkpoint did not commit",
                      task.job_id.c_str(), SignalName(stop_signal));

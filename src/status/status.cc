@@ -37,12 +37,12 @@ Status Status::FromErrno(int sys_errno, const std::string& op, const std::string
   return Status(code, std::move(text), sys_errno);
 }
 
-std::string Status::ToString() const {
+std::string Status::to_string() const {
   if (ok()) return "OK";
   return std::string(StatusCodeName(code_)) + ": " + message_;
 }
 
-Status Status::WithContext(const std::string& context) const {
+Status Status::with_context(const std::string& context) const {
   if (ok()) return *this;
   return Status(code_, context + ": " + message_, errno_);
 }

@@ -183,7 +183,7 @@ void Store::Impl::execute(SaveJob* job) {
       if (o_.rank == 0) (void)fs_->remove_tree(tmp_dir);
     }
     PREEMPT_LOG_ERROR("checkpoint step %lld failed after %.3f s: %s", static_cast<long long>(step), stats.total_s,
-                      s.ToString().c_str());
+                      s.to_string().c_str());
   } else {
     PREEMPT_LOG_INFO("checkpoint step %lld rank %d committed: %.1f MiB (%.1f MiB written, %.1f MiB unchanged and referenced) "
                      "in %.3f s (write %.3f, sync %.3f, commit %.3f; %s)",
@@ -370,9 +370,9 @@ Status Store::Impl::write_commit(SaveJob* job, const std::string& tmp_dir, const
     PREEMPT_RETURN_IF_ERROR(fs_->sync_dir(o_.root));
   }
   Status latest = fs_->write_file_atomic(JoinPath(o_.root, format::kLatestName), format::StepDirName(step) + "\n");
-  if (!latest.ok()) PREEMPT_LOG_WARN("could not update LATEST (restore does not need it): %s", latest.ToString().c_str());
+  if (!latest.ok()) PREEMPT_LOG_WARN("could not update LATEST (restore does not need it): %s", latest.to_string().c_str());
   Status ret = apply_retention(step);
-  if (!ret.ok()) PREEMPT_LOG_WARN("retention: %s", ret.ToString().c_str());
+  if (!ret.ok()) PREEMPT_LOG_WARN("retention: %s", ret.to_string().c_str());
   return Status::OK();
 }
 

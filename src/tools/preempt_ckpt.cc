@@ -57,7 +57,7 @@ int List(const std::string& root) {
   std::vector<CheckpointInfo> all;
   Status s = Store::ListCheckpoints(root, &all);
   if (!s.ok()) {
-    fprintf(stderr, "preempt-ckpt: %s\n", s.ToString().c_str());
+    fprintf(stderr, "preempt-ckpt: %s\n", s.to_string().c_str());
     return kNotFound;
   }
   printf("%-22s %10s %6s %12s %12s  %s\n", "checkpoint", "step", "ranks", "bytes", "written", "state");
@@ -96,7 +96,7 @@ int Inspect(const std::string& dir, int rank) {
   CheckpointManifest m;
   Status s = Store::ReadManifest(dir, rank, &m);
   if (!s.ok()) {
-    fprintf(stderr, "preempt-ckpt: %s\n", s.ToString().c_str());
+    fprintf(stderr, "preempt-ckpt: %s\n", s.to_string().c_str());
     return s.code() == StatusCode::kNotFound ? kNotFound : kProblems;
   }
   const std::string state = StateOf(dir);
@@ -127,7 +127,7 @@ int VerifyOne(const std::string& dir) {
   VerifyResult v;
   Status s = Store::Verify(dir, &v);
   if (!s.ok()) {
-    fprintf(stderr, "preempt-ckpt: %s\n", s.ToString().c_str());
+    fprintf(stderr, "preempt-ckpt: %s\n", s.to_string().c_str());
     return kNotFound;
   }
   if (v.ok) {
@@ -149,7 +149,7 @@ int Verify(const std::string& path) {
   std::vector<CheckpointInfo> all;
   Status s = Store::ListCheckpoints(path, &all);
   if (!s.ok()) {
-    fprintf(stderr, "preempt-ckpt: %s\n", s.ToString().c_str());
+    fprintf(stderr, "preempt-ckpt: %s\n", s.to_string().c_str());
     return kNotFound;
   }
   int rc = kOk, n = 0;

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   }
   Status s = h->wait();
   if (!s.ok()) {
-    fprintf(stderr, "save failed: %s\n", s.ToString().c_str());
+    fprintf(stderr, "save failed: %s\n", s.to_string().c_str());
     return 1;
   }
   SaveStats st = h->stats();
@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   s = relaunched.restore(targets, RestoreOptions{}, &r);
   double restore_s = std::chrono::duration<double>(Clock::now() - t1).count();
   if (!s.ok()) {
-    fprintf(stderr, "restore failed: %s\n", s.ToString().c_str());
+    fprintf(stderr, "restore failed: %s\n", s.to_string().c_str());
     return 1;
   }
   size_t mismatched = 0;

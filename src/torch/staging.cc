@@ -155,7 +155,7 @@ SaveSlot* StagingPool::fill_in_place(std::vector<Entry> entries, Deadline deadli
   for (const auto& e : entries)
     if (!e.is_blob && e.nbytes() > 0 && !CpuContiguous(e.tensor)) return nullptr;
   if (in_place_ && in_place_->busy())
-    ThrowIfError(in_place_->handle->wait(deadline).WithContext("previous in-place save"));
+    ThrowIfError(in_place_->handle->wait(deadline).with_context("previous in-place save"));
   if (!in_place_) in_place_ = std::make_unique<SaveSlot>();
   SaveSlot* slot = in_place_.get();
   keep_first_error(*slot);

@@ -46,7 +46,7 @@ TrainingState::TrainingState(TrainingStateOptions options) : options_(std::move(
 
 TrainingState::~TrainingState() {
   Status s = wait_all();
-  if (!s.ok()) PREEMPT_LOG_WARN("TrainingState: a save failed: %s", s.ToString().c_str());
+  if (!s.ok()) PREEMPT_LOG_WARN("TrainingState: a save failed: %s", s.to_string().c_str());
 }
 
 // ---- registration ---------------------------------------------------------------------------
@@ -183,7 +183,7 @@ std::optional<int64_t> TrainingState::restore(Store& store, const RestoreOptions
   for (const auto& t : tracked_) Guard("restore", *t, [&] { t->expect(&targets); });
   RestoreOptions o = opts;
   o.allocate_untargeted = false;  // what nothing tracks is not read (strict: the store refuses it)
-  ThrowIfError(store.restore(targets, o, r).WithContext("restore"));
+  ThrowIfError(store.restore(targets, o, r).with_context("restore"));
   for (const auto& name : r->missing)
     PREEMPT_LOG_WARN("restore: checkpoint step %lld has no entry '%s'; left as is (non-strict)",
                      static_cast<long long>(r->step), name.c_str());

@@ -44,7 +44,7 @@ int StoreRoundTrip(const std::string& dir) {
   request.step = 7;
   request.items.push_back(item);
   preempt::Status st = store.save(request);
-  if (!st.ok()) return Fail("save: " + st.ToString());
+  if (!st.ok()) return Fail("save: " + st.to_string());
 
   std::vector<float> restored(saved.size());
   preempt::RestoreTarget target;
@@ -55,7 +55,7 @@ int StoreRoundTrip(const std::string& dir) {
   target.shape = item.shape;
   preempt::RestoreResult result;
   st = store.restore({target}, preempt::RestoreOptions(), &result);
-  if (!st.ok()) return Fail("restore: " + st.ToString());
+  if (!st.ok()) return Fail("restore: " + st.to_string());
   if (result.step != 7) return Fail("restored step " + std::to_string(result.step) + ", expected 7");
   if (std::memcmp(saved.data(), restored.data(), item.nbytes) != 0) return Fail("restored bytes differ");
   std::printf("store: step %lld saved and restored (%zu bytes)\n", static_cast<long long>(result.step),

@@ -55,13 +55,13 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       st = collective->allreduce_max(values.data(), 3, preempt::Deadline::InSeconds(0.3), preempt::UntilStop::kNo);
       std::this_thread::sleep_for(std::chrono::seconds(2));  // the peer joins meanwhile
-      std::ofstream(out) << "buffer " << values[0] << " " << values[1] << " " << values[2] << " " << st.ToString()
+      std::ofstream(out) << "buffer " << values[0] << " " << values[1] << " " << values[2] << " " << st.to_string()
                          << "\n";
       collective->abandon();
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(1500));
       st = collective->allreduce_max(values.data(), 3, preempt::Deadline::InSeconds(30), preempt::UntilStop::kNo);
-      std::ofstream(out) << "result " << values[0] << " " << values[1] << " " << values[2] << " " << st.ToString()
+      std::ofstream(out) << "result " << values[0] << " " << values[1] << " " << values[2] << " " << st.to_string()
                          << "\n";
     }
     return 0;
@@ -103,8 +103,8 @@ int main(int argc, char** argv) {
     }
     preempt::Status st = coord.check(step, preempt::StopRequested(), false, preempt::StopDeadline(), preempt::UntilStop::kYes, &d);
     if (!st.ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", rank, st.ToString().c_str());
-      std::ofstream(out) << "failed " << step << " " << st.ToString() << "\n";
+      std::fprintf(stderr, "rank %d: %s\n", rank, st.to_string().c_str());
+      std::ofstream(out) << "failed " << step << " " << st.to_string() << "\n";
       collective->abandon();
       return 3;
     }

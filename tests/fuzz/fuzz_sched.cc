@@ -37,10 +37,10 @@ using namespace preempt::sched;
 class Bytes {
  public:
   Bytes(const uint8_t* p, size_t n) : p_(p), n_(n) {}
-  unsigned U8() { return i_ < n_ ? p_[i_++] : 0; }
-  unsigned Below(unsigned n) { return n ? U8() % n : 0; }
-  double Real(double scale) { return (U8() * 256 + U8()) / 65535.0 * scale; }
-  bool More() const { return i_ < n_; }
+  unsigned u8() { return i_ < n_ ? p_[i_++] : 0; }
+  unsigned below(unsigned n) { return n ? u8() % n : 0; }
+  double real(double scale) { return (u8() * 256 + u8()) / 65535.0 * scale; }
+  bool more() const { return i_ < n_; }
 
  private:
   const uint8_t* p_;
@@ -50,64 +50,64 @@ class Bytes {
 ClusterState StateFromBytes(Bytes& b) {
   ClusterState st;
   st.now = 1e6;
-  const int nodes = 1 + static_cast<int>(b.Below(6));
-  for (int n = 0; n < nodes; ++n) st.nodes.push_back({"n" + std::to_string(n), 1 + static_cast<int>(b.Below(8))});
+  const int nodes = 1 + static_cast<int>(b.below(6));
+  for (int n = 0; n < nodes; ++n) st.nodes.push_back({"n" + std::to_string(n), 1 + static_cast<int>(b.below(8))});
   std::vector<int> used(nodes, 0);  // placed GPUs + holds of moved jobs
-  const int count = static_cast<int>(b.Below(24));
-  for (int i = 0; i < count && b.More(); ++i) {
+  const int count = static_cast<int>(b.below(24));
+  for (int i = 0; i < count && b.more(); ++i) {
     Job j;
     j.id = "j" + std::to_string(i);
-    j.cls = static_cast<PriorityClass>(b.Below(3));
-    j.queue = "q" + std::to_string(b.Below(3));
-    j.gpus = 1 + static_cast<int>(b.Below(8));
-    j.submit_time = st.now - b.Real(1e5);
-    j.phase = static_cast<JobPhase>(b.Below(4));
+    j.cls = static_cast<PriorityClass>(b.below(3));
+    j.queue = "q" + std::to_string(b.below(3));
+    j.gpus = 1 + static_cast<int>(b.below(8));
+    j.submit_time = st.now - b.real(1e5);
+    j.phase = static_cast<JobPhase>(b.below(4));
     if (j.phase != JobPhase::kPending) {
-      j.node = static_cast<int>(b.Below(nodes));
+      j.node = static_cast<int>(b.below(nodes));
       if (used[j.node] + j.gpus > st.nodes[j.node].gpus) {
         j.phase = JobPhase::kPending;
         j.node = -1;
       } else {
         used[j.node] += j.gpus;
-        j.start_time = st.now - b.Real(2e4);
+        j.start_time = st.now - b.real(2e4);
       }
     }
-    const unsigned flags = b.U8();
-    if (flags & 1) j.last_preempted = st.now - b.Real(2e3);
-    if (flags & 2) j.last_moved = st.now - b.Real(2e3);
+    const unsigned flags = b.u8();
+    if (flags & 1) j.last_preempted = st.now - b.real(2e3);
+    if (flags & 2) j.last_moved = st.now - b.real(2e3);
     if ((flags & 4) && j.phase != JobPhase::kRunning) {  // being moved / moved: holds GPUs on move_to
-      int to = static_cast<int>(b.Below(nodes));
+      int to = static_cast<int>(b.below(nodes));
       if (used[to] + j.gpus <= st.nodes[to].gpus) {
         j.move_to = to;
         used[to] += j.gpus;
       }
     }
-    if (flags & 8) j.restore_s = b.Real(300);
+    if (flags & 8) j.restore_s = b.real(300);
     if (j.phase == JobPhase::kCheckpointing || j.phase == JobPhase::kEvicting) {
-      j.request_id = 1 + b.Below(3);
-      j.request_time = st.now - b.Real(600);
-      if (i > 0 && (flags & 16)) j.preemptor = "j" + std::to_string(b.Below(i));
+      j.request_id = 1 + b.below(3);
+      j.request_time = st.now - b.real(600);
+      if (i > 0 && (flags & 16)) j.preemptor = "j" + std::to_string(b.below(i));
     }
     if (flags & 32) {
       Hints h;
       h.job = j.id;
-      h.updated_unix = st.now - b.Real(600);
-      h.state = static_cast<JobState>(b.Below(4));
-      h.lost_work_s = b.Real(4000);
-      h.cost.drain_s = b.Real(2);
-      h.cost.stall_s = b.Real(20);
-      h.cost.persist_s = b.Real(400);
+      h.updated_unix = st.now - b.real(600);
+      h.state = static_cast<JobState>(b.below(4));
+      h.lost_work_s = b.real(4000);
+      h.cost.drain_s = b.real(2);
+      h.cost.stall_s = b.real(20);
+      h.cost.persist_s = b.real(400);
       if (flags & 64) h.cost = Hints::Cost{};  // all-zero costs: not measured yet
-      h.grace.granted_s = b.Real(120);
-      h.grace.needed_s = b.Real(200);
-      h.request_ack = b.Below(4);
+      h.grace.granted_s = b.real(120);
+      h.grace.needed_s = b.real(200);
+      h.request_ack = b.below(4);
       h.gpus = j.gpus;
       j.hints = h;
     }
     st.jobs.push_back(std::move(j));
   }
-  for (int k = static_cast<int>(b.Below(4)); k > 0; --k)
-    st.history.push_back({st.now - b.Real(7200), "q" + std::to_string(b.Below(3)), b.Real(2)});
+  for (int k = static_cast<int>(b.below(4)); k > 0; --k)
+    st.history.push_back({st.now - b.real(7200), "q" + std::to_string(b.below(3)), b.real(2)});
   return st;
 }
 
@@ -201,7 +201,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!RequestFromJson(text, "fuzz.request", &r).ok()) return 0;
       CheckpointRequest back;
       Status s = RequestFromJson(RequestToJson(r), "fuzz.request (rewritten)", &back);
-      if (!s.ok()) Fail("accepted request does not parse after RequestToJson: " + s.ToString());
+      if (!s.ok()) Fail("accepted request does not parse after RequestToJson: " + s.to_string());
       if (back.id != r.id || back.action != r.action)
         Fail("request changed in a RequestToJson round trip");
       return 0;
@@ -238,9 +238,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!HintsFromJson(text, "fuzz.hints", &h).ok()) break;
       Hints back;
       Status s = HintsFromJson(HintsToJson(h), "fuzz.hints (rewritten)", &back);
-      if (!s.ok()) Fail("accepted hints do not parse after HintsToJson: " + s.ToString());
+      if (!s.ok()) Fail("accepted hints do not parse after HintsToJson: " + s.to_string());
       SameHints(h, back);
-      (void)h.LostWorkAt(1.7e9);
+      (void)h.lost_work_at(1.7e9);
       ClusterState st;  // one running job with these hints, one pending high job that wants its GPUs
       st.now = 1.7e9;
       st.nodes = {{"n0", 8}};

@@ -54,7 +54,7 @@ int main() {
     Status st = coll.allreduce_max(values, 3, Deadline::InSeconds(10), preempt::UntilStop::kNo);
     if (!Check(st.ok() && values[0] == 1 && values[1] == 0 && values[2] == -5000,
                "NcclCollective::allreduce_max round trip")) {
-      std::printf("     %s\n", st.ToString().c_str());
+      std::printf("     %s\n", st.to_string().c_str());
       return 1;
     }
     constexpr int kRounds = 1000;
@@ -71,7 +71,7 @@ int main() {
   auto start_at = std::chrono::steady_clock::now();
   Status st = busy.drain(Deadline::InSeconds(1));
   double waited_s = SecondsSince(start_at);
-  std::printf("info busy drain returned after %.3f s: %s\n", waited_s, st.ToString().c_str());
+  std::printf("info busy drain returned after %.3f s: %s\n", waited_s, st.to_string().c_str());
   bool ok = Check(st.code() == preempt::StatusCode::kDeadlineExceeded, "busy stream: kDeadlineExceeded");
   // Not before its deadline, and without waiting for the stream (its callback is still running).
   ok &= Check(waited_s >= 0.9, "busy stream: waited until the deadline");

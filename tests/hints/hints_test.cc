@@ -127,9 +127,9 @@ TEST(Hints, InvalidDocumentsNameTheField) {
   for (const auto& c : cases) {
     Hints h;
     Status s = HintsFromJson(c.doc, "/x/job.hints.json", &h);
-    EXPECT_EQ(s.code(), c.code) << c.doc << " -> " << s.ToString();
-    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.ToString();
-    EXPECT_NE(s.message().find("/x/job.hints.json"), std::string::npos) << s.ToString();
+    EXPECT_EQ(s.code(), c.code) << c.doc << " -> " << s.to_string();
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.to_string();
+    EXPECT_NE(s.message().find("/x/job.hints.json"), std::string::npos) << s.to_string();
   }
 }
 
@@ -150,10 +150,10 @@ TEST(Hints, LostWorkExtrapolatesOnlyWhileTraining) {
   h.updated_unix = 100;
   h.lost_work_s = 10;
   h.state = JobState::kTraining;
-  EXPECT_DOUBLE_EQ(h.LostWorkAt(105), 15);
-  EXPECT_DOUBLE_EQ(h.LostWorkAt(90), 10);
+  EXPECT_DOUBLE_EQ(h.lost_work_at(105), 15);
+  EXPECT_DOUBLE_EQ(h.lost_work_at(90), 10);
   h.state = JobState::kStopped;
-  EXPECT_DOUBLE_EQ(h.LostWorkAt(105), 10);
+  EXPECT_DOUBLE_EQ(h.lost_work_at(105), 10);
 }
 
 TEST(Hints, WriteAtomicThenRead) {
@@ -165,7 +165,7 @@ TEST(Hints, WriteAtomicThenRead) {
   Hints out;
   double age = -1;
   Status s = ReadHints(path, &out, &age);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(out.step, 1200);
   EXPECT_GE(age, 1.5);
   EXPECT_LT(age, 60);
@@ -182,14 +182,14 @@ TEST(Hints, MissingAndCorruptFilesAreDistinguishable) {
   TempDir dir;
   Hints h;
   Status missing = ReadHints(dir / "absent.json", &h);
-  EXPECT_EQ(missing.code(), StatusCode::kNotFound) << missing.ToString();
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound) << missing.to_string();
   WriteFileOrDie(dir / "bad.json", "{\"schema\":\"preempt.hints/1\"");
   Status bad = ReadHints(dir / "bad.json", &h);
   EXPECT_EQ(bad.code(), StatusCode::kCorruption);
   EXPECT_NE(bad.message().find(dir / "bad.json"), std::string::npos);
   Status nodir = WriteHintsAtomic(dir / "no/such/dir/h.json", Sample());
   EXPECT_FALSE(nodir.ok());
-  EXPECT_NE(nodir.message().find("no/such/dir"), std::string::npos) << nodir.ToString();
+  EXPECT_NE(nodir.message().find("no/such/dir"), std::string::npos) << nodir.to_string();
   EXPECT_EQ(WriteHintsAtomic("", Sample()).code(), StatusCode::kInvalidArgument);
 }
 
@@ -210,7 +210,7 @@ TEST(Hints, ConcurrentReaderNeverSeesTornFile) {
   for (int i = 0; i < 300; ++i) {
     Hints h;
     Status s = ReadHints(path, &h);
-    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_TRUE(s.ok()) << s.to_string();
     ++reads;
   }
   stop = true;
@@ -235,25 +235,25 @@ TEST(Hints, PathsFromEnvironment) {
 TEST(CostTracker, EmptyIsZero) {
   CostTracker t;
   EXPECT_EQ(t.count(), 0u);
-  EXPECT_EQ(t.P95().persist_s, 0);
-  EXPECT_EQ(t.Ewma().bytes, 0u);
+  EXPECT_EQ(t.p95().persist_s, 0);
+  EXPECT_EQ(t.ewma().bytes, 0u);
 }
 
-// The runtime stores Samples() in its checkpoints and Add()s them back after a restore.
+// The runtime stores samples() in its checkpoints and add()s them back after a restore.
 TEST(CostTracker, SamplesRoundTripTheP95) {
   CostTracker a(4);
-  for (int i = 1; i <= 6; ++i) a.Add({uint64_t(i), 0.1 * i, 0.2 * i, 0.3 * i});
-  auto samples = a.Samples();
+  for (int i = 1; i <= 6; ++i) a.add({uint64_t(i), 0.1 * i, 0.2 * i, 0.3 * i});
+  auto samples = a.samples();
   ASSERT_EQ(samples.size(), 4u);  // the window
   EXPECT_EQ(samples.front().bytes, 3u);
   EXPECT_EQ(samples.back().bytes, 6u);
   CostTracker b(4);
-  b.Add({999, 9, 9, 9});
-  b.Clear();
+  b.add({999, 9, 9, 9});
+  b.clear();
   EXPECT_EQ(b.count(), 0u);
-  for (const auto& s : samples) b.Add(s);
-  EXPECT_EQ(b.P95().bytes, a.P95().bytes);
-  EXPECT_DOUBLE_EQ(b.P95().persist_s, a.P95().persist_s);
+  for (const auto& s : samples) b.add(s);
+  EXPECT_EQ(b.p95().bytes, a.p95().bytes);
+  EXPECT_DOUBLE_EQ(b.p95().persist_s, a.p95().persist_s);
 }
 
 TEST(CostTracker, EwmaAndP95Table) {
@@ -274,11 +274,11 @@ TEST(CostTracker, EwmaAndP95Table) {
   };
   for (const auto& c : cases) {
     CostTracker t(c.window, c.alpha);
-    for (double p : c.persist) t.Add({static_cast<uint64_t>(p * 1000), p / 10, p / 100, p});
-    EXPECT_NEAR(t.Ewma().persist_s, c.want_ewma, 1e-9);
-    EXPECT_NEAR(t.P95().persist_s, c.want_p95, 1e-9);
-    EXPECT_NEAR(t.P95().drain_s, c.want_p95 / 10, 1e-9);
-    EXPECT_EQ(t.P95Cost().bytes, static_cast<uint64_t>(c.want_p95 * 1000));
+    for (double p : c.persist) t.add({static_cast<uint64_t>(p * 1000), p / 10, p / 100, p});
+    EXPECT_NEAR(t.ewma().persist_s, c.want_ewma, 1e-9);
+    EXPECT_NEAR(t.p95().persist_s, c.want_p95, 1e-9);
+    EXPECT_NEAR(t.p95().drain_s, c.want_p95 / 10, 1e-9);
+    EXPECT_EQ(t.p95_cost().bytes, static_cast<uint64_t>(c.want_p95 * 1000));
     EXPECT_EQ(t.count(), c.persist.size());
   }
 }
@@ -306,7 +306,7 @@ TEST(Request, JsonRoundTripAndValidation) {
   for (const auto& c : bad) {
     Status s = RequestFromJson(c.doc, "/r", &back);
     EXPECT_FALSE(s.ok()) << c.doc;
-    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.to_string();
   }
   EXPECT_EQ(WriteCheckpointRequest("/tmp/never", CheckpointRequest{0, "checkpoint"}).code(),
             StatusCode::kInvalidArgument);

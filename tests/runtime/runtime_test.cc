@@ -363,7 +363,7 @@ std::vector<std::string> TrainToTheEnd(const TempDir& tmp, const std::string& ck
   return CommittedDirs(tmp / ckpt, &any_tmp);
 }
 
-void FlipByte(const std::string& path, uint64_t offset) {
+void flip_byte(const std::string& path, uint64_t offset) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   ASSERT_TRUE(f.good()) << path;
   f.seekg(offset);
@@ -416,7 +416,7 @@ TEST(Runtime, EveryCommitCorruptIsAnErrorNotAFreshStart) {
   s.sleep_ms = 0;
   auto dirs = TrainToTheEnd(tmp, "ck", s);
   ASSERT_EQ(dirs.size(), 3u);
-  for (const auto& d : dirs) FlipByte(tmp / "ck" + "/" + d + "/COMMIT", 40);
+  for (const auto& d : dirs) flip_byte(tmp / "ck" + "/" + d + "/COMMIT", 40);
   Job job = Launch(tmp, "bad", "ck", s);
   auto codes = WaitAll(job, 120);
   for (int r = 0; r < 2; ++r) {
@@ -439,8 +439,8 @@ TEST(Runtime, EverySkippedCheckpointIsLoggedWithWhy) {
   auto dirs = TrainToTheEnd(tmp, "ck", s);
   ASSERT_EQ(dirs.size(), 3u);  // 15, 20, 25
   const std::string ck = tmp / "ck";
-  FlipByte(ck + "/step-00000025/COMMIT", 40);                 // a corrupt COMMIT
-  FlipByte(ck + "/step-00000020/rank-00001.manifest", 60);    // a corrupt manifest (rank 1)
+  flip_byte(ck + "/step-00000025/COMMIT", 40);                 // a corrupt COMMIT
+  flip_byte(ck + "/step-00000020/rank-00001.manifest", 60);    // a corrupt manifest (rank 1)
   fs::resize_file(ck + "/step-00000020/rank-00000.bin", 100);  // a truncated data file (rank 0)
   s.steps = 30;
   Job job = Launch(tmp, "skip", "ck", s);

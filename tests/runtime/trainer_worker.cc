@@ -199,7 +199,7 @@ int Train(const Args& a) {
   try {
     step = rt.restore();
   } catch (const preempt::Error& e) {
-    std::printf("rank %d restore failed: %s\n", a.rank, e.status().ToString().c_str());
+    std::printf("rank %d restore failed: %s\n", a.rank, e.status().to_string().c_str());
     std::fflush(stdout);
     return 3;
   }
@@ -300,7 +300,7 @@ int main(int argc, char** argv) {
     // First thing: from here on a stop signal is recorded, never fatal (preempt/signal.h).
     preempt::Status s = preempt::InstallSignalHandlers();
     if (!s.ok()) {
-      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      std::fprintf(stderr, "%s\n", s.to_string().c_str());
       return 2;
     }
   }

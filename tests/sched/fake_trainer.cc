@@ -85,12 +85,12 @@ int main(int argc, char** argv) {
     h.updated_unix = preempt::NowUnix();
     h.lost_work_s = std::max(0.0, h.updated_unix - last_commit_unix);
     preempt::Status s = preempt::WriteHintsAtomic(hints_path, h);
-    if (!s.ok()) fprintf(stderr, "fake_trainer: %s\n", s.ToString().c_str());
+    if (!s.ok()) fprintf(stderr, "fake_trainer: %s\n", s.to_string().c_str());
   };
   auto commit = [&](const std::string& why) {
     preempt::Status s = preempt::WriteFileAtomic(g_dir + "/ckpt", std::to_string(next) + " " + std::to_string(handled) + "\n");
     if (!s.ok()) {
-      fprintf(stderr, "fake_trainer: %s\n", s.ToString().c_str());
+      fprintf(stderr, "fake_trainer: %s\n", s.to_string().c_str());
       return;
     }
     last_commit_unix = preempt::NowUnix();

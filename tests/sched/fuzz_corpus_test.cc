@@ -46,30 +46,30 @@ TEST(SchedFuzzCorpus, SeedsAreAcceptedByTheirParsers) {
   std::vector<std::string> notes;
   ClusterState st;
   Status s = ParseSnapshot(Read("snapshot").substr(1), "snapshot", "", &st, &notes);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(st.jobs.size(), 5u);
   s = ParseK8sPodList(Read("pods").substr(1), "pods", 8, 1.7e9, false, &st, &notes);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(st.jobs.size(), 2u);
   EXPECT_TRUE(st.jobs[0].hints.has_value());
   Hints h;
   s = HintsFromJson(Read("hints").substr(1), "hints", &h);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(s.ok()) << s.to_string();
   PolicyOptions p;
   s = PolicyFromJson(Read("policy").substr(1), &p);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(s.ok()) << s.to_string();
   Trace t;
   s = ParseTraceCsv(Read("trace").substr(1), "trace", &t);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(t.jobs.size(), 5u);
   CheckpointRequest q;
   s = RequestFromJson(Read("request").substr(1), "request", &q);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(q.id, 7);
   std::vector<RunJobSpec> run;
   RunOptions ro;
   s = ParseRunSpec(Read("run").substr(1), "run", &run, &ro);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(run.size(), 2u);
 }
 

@@ -100,7 +100,7 @@ TEST(Plan, SnapshotErrorsNameTheField) {
     std::vector<std::string> notes;
     Status s = LoadSnapshot(dir / "s.json", &st, &notes);
     EXPECT_FALSE(s.ok()) << c.doc;
-    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.to_string();
   }
 }
 
@@ -129,7 +129,7 @@ TEST(Plan, KubernetesPodList) {
   ClusterState st;
   std::vector<std::string> notes;
   Status s = LoadK8sPodList(dir / "pods.json", 8, now, &st, &notes);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(s.ok()) << s.to_string();
   ASSERT_EQ(st.nodes.size(), 1u);
   EXPECT_EQ(st.nodes[0].gpus, 8);
   ASSERT_EQ(st.jobs.size(), 3u);  // the CPU-only pod is ignored
@@ -168,8 +168,8 @@ TEST(Plan, KubernetesPodListErrors) {
     std::vector<std::string> notes;
     Status s = ParseK8sPodList(R"({"items":[)" + c.items + "]}", "pods.json", 8, 1764680000, false, &st, &notes);
     EXPECT_EQ(s.code(), StatusCode::kCorruption) << c.items;
-    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.ToString();
-    EXPECT_NE(s.message().find("pods.json"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.to_string();
+    EXPECT_NE(s.message().find("pods.json"), std::string::npos) << s.to_string();
   }
   ClusterState st;
   std::vector<std::string> notes;
@@ -220,7 +220,7 @@ TEST(RunSpec, ErrorsNameTheField) {
     RunOptions opt;
     Status s = ParseRunSpec(c.doc, "spec.json", &jobs, &opt);
     EXPECT_FALSE(s.ok()) << c.doc;
-    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.to_string();
   }
 }
 
@@ -252,9 +252,9 @@ TEST(Plan, PolicyOverrides) {
   EXPECT_NE(PolicyFromJson(R"({"defrag_max_moves":1.5})", &p).message().find("field 'defrag_max_moves'"),
             std::string::npos);
   Status s = PolicyFromJson(R"({"min_runtime":5})", &p);
-  EXPECT_NE(s.message().find("unknown field 'min_runtime'"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("unknown field 'min_runtime'"), std::string::npos) << s.to_string();
   s = PolicyFromJson(R"({"cooldown_s":"x"})", &p);
-  EXPECT_NE(s.message().find("field 'cooldown_s'"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("field 'cooldown_s'"), std::string::npos) << s.to_string();
   // Ranges: fractions in [0, 1], times >= 0, counts >= 0; the tolerable wait is a mode or seconds > 0.
   for (const char* doc : {R"({"reserved_headroom":1.5})", R"({"low_guaranteed_share":-0.1})",
                           R"({"min_runtime_s":-1})", R"({"cooldown_s":1e300})", R"({"defrag_max_moves":-1})",

@@ -25,17 +25,17 @@ TEST(Policy, CheckpointingVictimIsEvictedAfterAckOrDeadline) {
                         {"deadline passed", 0, 121, true}};
   for (const auto& c : cases) {
     B b({1});
-    Job& v = b.Run("v", L, 1, 0, 3600, MakeHints(1));
+    Job& v = b.run("v", L, 1, 0, 3600, MakeHints(1));
     v.phase = JobPhase::kCheckpointing;
     v.request_id = 7;
     v.request_time = kNow - c.requested_ago;
     v.preemptor = "hi";
     v.hints->request_ack = c.ack;
-    b.Pend("hi", H, 1);
+    b.pend("hi", H, 1);
     PolicyOptions p = Hint();
     p.checkpoint_deadline_s = 120;
     Decisions d = Decide(b.st, p);
-    const JobAction* a = Find(d, "v");
+    const JobAction* a = find(d, "v");
     EXPECT_EQ(a != nullptr, c.evict) << c.name << Dump(d);
     if (a) {
       EXPECT_EQ(a->kind, ActionKind::kEvict);
@@ -43,18 +43,18 @@ TEST(Policy, CheckpointingVictimIsEvictedAfterAckOrDeadline) {
     } else {
       EXPECT_NEAR(d.recheck_at, kNow - c.requested_ago + 120, 1e-6) << c.name;
     }
-    EXPECT_FALSE(Find(d, "hi")) << "the preemptor waits for its victim\n" << Dump(d);
+    EXPECT_FALSE(find(d, "hi")) << "the preemptor waits for its victim\n" << Dump(d);
   }
 }
 
 TEST(Policy, PreemptorWaitsForItsVictimsThenStarts) {
   B b({2});
-  Job& v = b.Run("v", L, 1, 0, 3600, MakeHints(1));
+  Job& v = b.run("v", L, 1, 0, 3600, MakeHints(1));
   v.phase = JobPhase::kEvicting;
   v.preemptor = "hi";
-  b.Run("other", L, 1, 0, 3600, MakeHints(1));
-  b.Pend("hi", H, 1);
-  b.Pend("lowpend", L, 1);
+  b.run("other", L, 1, 0, 3600, MakeHints(1));
+  b.pend("hi", H, 1);
+  b.pend("lowpend", L, 1);
   Decisions d = Decide(b.st, Hint());
   EXPECT_TRUE(d.actions.empty()) << "no second victim, no theft of the freed slot\n" << Dump(d);
   b.st.jobs.erase(b.st.jobs.begin());  // the victim left
@@ -65,11 +65,11 @@ TEST(Policy, PreemptorWaitsForItsVictimsThenStarts) {
 
 TEST(Policy, TwoPreemptorsGetDistinctVictims) {
   B b({1, 1, 1});
-  b.Run("a", L, 1, 0, 3600, MakeHints(10));
-  b.Run("b", L, 1, 1, 3600, MakeHints(20));
-  b.Run("c", L, 1, 2, 3600, MakeHints(30));
-  b.Pend("h1", H, 1, 10);
-  b.Pend("h2", H, 1, 5);
+  b.run("a", L, 1, 0, 3600, MakeHints(10));
+  b.run("b", L, 1, 1, 3600, MakeHints(20));
+  b.run("c", L, 1, 2, 3600, MakeHints(30));
+  b.pend("h1", H, 1, 10);
+  b.pend("h2", H, 1, 5);
   Decisions d = Decide(b.st, Hint());
   ASSERT_EQ(d.actions.size(), 2u) << Dump(d);
   EXPECT_EQ(d.actions[0].job, "a");
@@ -80,21 +80,21 @@ TEST(Policy, TwoPreemptorsGetDistinctVictims) {
 
 TEST(Policy, MultiGpuPreemptorNeedsOneNode) {
   B b({4, 4});
-  b.Run("a", L, 2, 0, 3600, MakeHints(10));
-  b.Run("b", L, 2, 0, 3600, MakeHints(3000));
-  b.Run("c", L, 2, 1, 3600, MakeHints(1000));
-  b.Run("d", H, 2, 1, 3600, MakeHints(1));
-  b.Pend("hi", H, 4);
+  b.run("a", L, 2, 0, 3600, MakeHints(10));
+  b.run("b", L, 2, 0, 3600, MakeHints(3000));
+  b.run("c", L, 2, 1, 3600, MakeHints(1000));
+  b.run("d", H, 2, 1, 3600, MakeHints(1));
+  b.pend("hi", H, 4);
   Decisions d = Decide(b.st, Hint());
   // Node 1 cannot free 4 (d is high): both a and b on node 0 go.
   ASSERT_EQ(d.actions.size(), 2u) << Dump(d);
-  EXPECT_TRUE(Find(d, "a") && Find(d, "b")) << Dump(d);
+  EXPECT_TRUE(find(d, "a") && find(d, "b")) << Dump(d);
 }
 
 TEST(Policy, WaitEstimateForPreemptorsIsTheCheckpointTime) {
   B b({1});
-  b.Run("v", L, 1, 0, 3600, MakeHints(900, /*persist=*/4));
-  b.Pend("hi", H, 1, 30);
+  b.run("v", L, 1, 0, 3600, MakeHints(900, /*persist=*/4));
+  b.pend("hi", H, 1, 30);
   Decisions d = Decide(b.st, Hint());
   ASSERT_EQ(d.waits.size(), 1u);
   EXPECT_EQ(d.waits[0].job, "hi");
@@ -112,8 +112,8 @@ TEST(Policy, WaitEstimateForPreemptorsIsTheCheckpointTime) {
 
 TEST(Policy, WaitEstimateSuggestsCapacityWhenOnlyHighRuns) {
   B b({2});
-  b.Run("h", H, 2, 0, 3600, MakeHints(1));
-  b.Pend("hi", H, 2, 1000);
+  b.run("h", H, 2, 0, 3600, MakeHints(1));
+  b.pend("hi", H, 2, 1000);
   PolicyOptions p;  // all rules on
   Decisions d = Decide(b.st, p);
   EXPECT_TRUE(d.actions.empty());
@@ -189,8 +189,8 @@ TEST(Policy, VictimEvictionModeTable) {
     if (c.unmeasured) h.cost = Hints::Cost{};
     h.grace.granted_s = c.granted_s;
     h.grace.needed_s = h.checkpoint_s();
-    b.Run("v", L, 1, 0, 3600, h);
-    b.Pend("p", c.preemptor, 1);
+    b.run("v", L, 1, 0, 3600, h);
+    b.pend("p", c.preemptor, 1);
     PolicyOptions p = HintAwareNoRulesPolicy();
     p.kill_when_cheaper = c.kill_when_cheaper;
     p.sigterm_save = c.sigterm_save;
@@ -215,8 +215,8 @@ TEST(Policy, VictimReasonWording) {
   Hints h = MakeHints(900, 2);
   h.grace.granted_s = 30;
   h.grace.needed_s = h.checkpoint_s();
-  b.Run("v", L, 1, 0, 3600, h);
-  b.Pend("p", H, 1);
+  b.run("v", L, 1, 0, 3600, h);
+  b.pend("p", H, 1);
   Decisions d = Decide(b.st, HintAwareNoRulesPolicy());
   ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
   EXPECT_EQ(d.actions[0].mode, EvictionMode::kSaveInGrace);
@@ -247,12 +247,12 @@ TEST(Policy, SlowSaverIsKilledOnlyForMultiGpuPreemptors) {
   };
   {
     B b({2});
-    b.Run("slow", L, 1, 0, 3600, slow());
-    b.Run("fast", L, 1, 0, 3600, fast());
-    b.Pend("big", H, 2);
+    b.run("slow", L, 1, 0, 3600, slow());
+    b.run("fast", L, 1, 0, 3600, fast());
+    b.pend("big", H, 2);
     Decisions d = Decide(b.st, HintAwareNoRulesPolicy());
-    const JobAction* s = Find(d, "slow");
-    const JobAction* f = Find(d, "fast");
+    const JobAction* s = find(d, "slow");
+    const JobAction* f = find(d, "fast");
     ASSERT_NE(s, nullptr) << Dump(d);
     ASSERT_NE(f, nullptr) << Dump(d);
     EXPECT_EQ(s->kind, ActionKind::kEvict) << Dump(d);
@@ -263,16 +263,16 @@ TEST(Policy, SlowSaverIsKilledOnlyForMultiGpuPreemptors) {
   }
   {
     B b({1});
-    b.Run("slow", L, 1, 0, 3600, slow());
-    b.Pend("small", H, 1);
+    b.run("slow", L, 1, 0, 3600, slow());
+    b.pend("small", H, 1);
     Decisions d = Decide(b.st, HintAwareNoRulesPolicy());
-    const JobAction* s = Find(d, "slow");
+    const JobAction* s = find(d, "slow");
     ASSERT_NE(s, nullptr) << Dump(d);
     EXPECT_EQ(s->kind, ActionKind::kRequestCheckpoint) << Dump(d);
     PolicyOptions all = HintAwareNoRulesPolicy();
     all.tolerable_wait_min_gpus = 1;
     d = Decide(b.st, all);
-    s = Find(d, "slow");
+    s = find(d, "slow");
     ASSERT_NE(s, nullptr) << Dump(d);
     EXPECT_EQ(s->grace_s, 0) << Dump(d);
   }
@@ -284,16 +284,16 @@ TEST(Policy, KillAfterCommitTable) {
     B b({1});
     Hints h = MakeHints(1);
     h.request_ack = 7;
-    b.Run("v", L, 1, 0, 3600, h);
+    b.run("v", L, 1, 0, 3600, h);
     b.st.jobs[0].phase = JobPhase::kCheckpointing;
     b.st.jobs[0].request_id = 7;
     b.st.jobs[0].request_time = kNow - 3;
     b.st.jobs[0].preemptor = "hi";
-    b.Pend("hi", H, 1);
+    b.pend("hi", H, 1);
     PolicyOptions p = Hint();
     p.kill_after_commit = on;
     Decisions d = Decide(b.st, p);
-    const JobAction* a = Find(d, "v");
+    const JobAction* a = find(d, "v");
     ASSERT_NE(a, nullptr) << Dump(d);
     EXPECT_EQ(a->kind, ActionKind::kEvict);
     EXPECT_EQ(a->grace_s, on ? 0 : -1) << Dump(d);
@@ -317,15 +317,15 @@ TEST(Policy, HighMinRuntimeOverrideTable) {
   };
   for (const auto& c : cases) {
     B b({1});
-    b.Run("v", L, 1, 0, 100, MakeHints(50));  // started 100 s ago: inside min run time 300
+    b.run("v", L, 1, 0, 100, MakeHints(50));  // started 100 s ago: inside min run time 300
     b.st.jobs[0].last_preempted = kNow - c.victim_preempted_ago;
-    b.Pend("hi", H, 1, c.waited_s);
+    b.pend("hi", H, 1, c.waited_s);
     PolicyOptions p = Hint();
     p.min_runtime_s = 300;
     p.cooldown_s = 300;
     p.high_min_runtime_override_s = c.override_s;
     Decisions d = Decide(b.st, p);
-    EXPECT_EQ(Find(d, "v") != nullptr, c.preempts) << c.name << "\n" << Dump(d);
+    EXPECT_EQ(find(d, "v") != nullptr, c.preempts) << c.name << "\n" << Dump(d);
     ASSERT_EQ(d.waits.size(), 1u) << c.name;
     EXPECT_EQ(d.waits[0].cause, c.cause) << c.name << " " << WaitCauseName(d.waits[0].cause);
     if (!c.preempts && c.override_s > 0 && c.waited_s < c.override_s) {
@@ -337,16 +337,16 @@ TEST(Policy, HighMinRuntimeOverrideTable) {
 TEST(Policy, WaitCauseTable) {
   {  // only high jobs run: no victim
     B b({1});
-    b.Run("h", H, 1, 0, 3600, MakeHints(1));
-    b.Pend("hi", H, 1);
+    b.run("h", H, 1, 0, 3600, MakeHints(1));
+    b.pend("hi", H, 1);
     Decisions d = Decide(b.st, Hint());
     ASSERT_EQ(d.waits.size(), 1u);
     EXPECT_EQ(d.waits[0].cause, WaitCause::kNoVictim);
   }
   {  // the only victim would take low below its guaranteed share
     B b({4});
-    b.Run("l", L, 4, 0, 3600, MakeHints(100));
-    b.Pend("hi", H, 4);
+    b.run("l", L, 4, 0, 3600, MakeHints(100));
+    b.pend("hi", H, 4);
     PolicyOptions p = Hint();
     p.low_guaranteed_share = 0.5;
     Decisions d = Decide(b.st, p);
@@ -355,8 +355,8 @@ TEST(Policy, WaitCauseTable) {
   }
   {  // per-queue budget spent
     B b({1});
-    b.Run("l", L, 1, 0, 3600, MakeHints(100));
-    b.Pend("hi", H, 1);
+    b.run("l", L, 1, 0, 3600, MakeHints(100));
+    b.pend("hi", H, 1);
     b.st.history.push_back({kNow - 10, "q", 0.01});
     PolicyOptions p = Hint();
     p.budget_max_preemptions = 1;
@@ -400,19 +400,19 @@ TEST(Policy, DefragMovesSmallHighJobsTable) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     B b({4, 4});
-    Job& h1 = b.Run("h1", H, 1, 0, c.h1_started_ago, MakeHints(50, 2, c.h1_hints_age));
+    Job& h1 = b.run("h1", H, 1, 0, c.h1_started_ago, MakeHints(50, 2, c.h1_hints_age));
     if (c.h1_moved_ago >= 0) h1.last_moved = kNow - c.h1_moved_ago;
-    b.Run("l0a", L, 3, 0, 1000, MakeHints(100));
-    b.Run("h2", H, 1, 1, c.h2_movable ? 1000 : 100, MakeHints(50, 5));
-    if (!c.free_gpu_on_n1) b.Run("l1a", L, 1, 1, 1000, MakeHints(100));
-    b.Run("l1b", L, 2, 1, 1000, MakeHints(100));
-    b.Pend("J", H, 4);
+    b.run("l0a", L, 3, 0, 1000, MakeHints(100));
+    b.run("h2", H, 1, 1, c.h2_movable ? 1000 : 100, MakeHints(50, 5));
+    if (!c.free_gpu_on_n1) b.run("l1a", L, 1, 1, 1000, MakeHints(100));
+    b.run("l1b", L, 2, 1, 1000, MakeHints(100));
+    b.pend("J", H, 4);
     PolicyOptions p = Hint();
     p.min_runtime_s = 300;
     p.cooldown_s = 300;
     p.defrag_max_moves = c.max_moves;
     Decisions d = Decide(b.st, p);
-    EXPECT_EQ(Find(d, "J"), nullptr) << Dump(d);  // it waits for the node to clear
+    EXPECT_EQ(find(d, "J"), nullptr) << Dump(d);  // it waits for the node to clear
     int moves = 0, evictions = 0;
     for (const auto& a : d.actions) {
       ASSERT_NE(a.kind, ActionKind::kStart) << Dump(d);
@@ -444,8 +444,8 @@ TEST(Policy, DefragNeverMovesJobsAsLargeAsThePreemptorOrTooMany) {
   {  // every node is full of 2-GPU high jobs and the preemptor needs 2: nothing smaller to move
     B b({4, 4});
     for (int n = 0; n < 2; ++n)
-      for (int k = 0; k < 2; ++k) b.Run("h" + std::to_string(n) + std::to_string(k), H, 2, n, 1000, MakeHints(50));
-    b.Pend("J", H, 2);
+      for (int k = 0; k < 2; ++k) b.run("h" + std::to_string(n) + std::to_string(k), H, 2, n, 1000, MakeHints(50));
+    b.pend("J", H, 2);
     PolicyOptions p = Hint();
     p.defrag_max_moves = 4;
     Decisions d = Decide(b.st, p);
@@ -456,10 +456,10 @@ TEST(Policy, DefragNeverMovesJobsAsLargeAsThePreemptorOrTooMany) {
   {  // clearing any node would need 3 moves; the limit is 2
     B b({4, 4});
     for (int n = 0; n < 2; ++n) {
-      for (int k = 0; k < 3; ++k) b.Run("h" + std::to_string(n) + std::to_string(k), H, 1, n, 1000, MakeHints(50));
-      b.Run("l" + std::to_string(n), L, 1, n, 1000, MakeHints(100));
+      for (int k = 0; k < 3; ++k) b.run("h" + std::to_string(n) + std::to_string(k), H, 1, n, 1000, MakeHints(50));
+      b.run("l" + std::to_string(n), L, 1, n, 1000, MakeHints(100));
     }
-    b.Pend("J", H, 4);
+    b.pend("J", H, 4);
     PolicyOptions p = Hint();
     p.defrag_max_moves = 2;
     Decisions d = Decide(b.st, p);
@@ -473,48 +473,48 @@ TEST(Policy, DefragNeverMovesJobsAsLargeAsThePreemptorOrTooMany) {
 TEST(Policy, MovedJobRestartsOnItsNodeWhichIsHeldForIt) {
   {  // pending moved job: restarts on move_to although best fit would pick the other node
     B b({4, 4});
-    b.Run("l0", L, 3, 0, 1000, MakeHints(100));  // n0: 1 free (best fit for 1 GPU)
-    b.Run("l1", L, 2, 1, 1000, MakeHints(100));  // n1: 2 free
-    Job& m = b.Pend("m", H, 1, 5000);
+    b.run("l0", L, 3, 0, 1000, MakeHints(100));  // n0: 1 free (best fit for 1 GPU)
+    b.run("l1", L, 2, 1, 1000, MakeHints(100));  // n1: 2 free
+    Job& m = b.pend("m", H, 1, 5000);
     m.move_to = 1;
     Decisions d = Decide(b.st, Hint());
-    const JobAction* a = Find(d, "m");
+    const JobAction* a = find(d, "m");
     ASSERT_NE(a, nullptr) << Dump(d);
     EXPECT_EQ(a->kind, ActionKind::kStart);
     EXPECT_EQ(a->node, 1) << a->reason;
   }
   {  // while it is still saving, its GPU on n1 is held: a pending low job does not take it
     B b({4, 4});
-    Job& m = b.Run("m", H, 1, 0, 1000, MakeHints(50));
+    Job& m = b.run("m", H, 1, 0, 1000, MakeHints(50));
     m.phase = JobPhase::kEvicting;
     m.preemptor = "J";
     m.move_to = 1;
-    b.Run("l0", L, 3, 0, 1000, MakeHints(100));
-    b.Run("l1", L, 2, 1, 1000, MakeHints(100));  // n1: 2 free, 1 held for m
-    b.Pend("p", L, 2);
+    b.run("l0", L, 3, 0, 1000, MakeHints(100));
+    b.run("l1", L, 2, 1, 1000, MakeHints(100));  // n1: 2 free, 1 held for m
+    b.pend("p", L, 2);
     Decisions d = Decide(b.st, Hint());
-    EXPECT_EQ(Find(d, "p"), nullptr) << Dump(d);
+    EXPECT_EQ(find(d, "p"), nullptr) << Dump(d);
     b.st.jobs[0].move_to = -1;  // not a moved job: p fits on n1
     d = Decide(b.st, Hint());
-    ASSERT_NE(Find(d, "p"), nullptr) << Dump(d);
-    EXPECT_EQ(Find(d, "p")->node, 1);
+    ASSERT_NE(find(d, "p"), nullptr) << Dump(d);
+    EXPECT_EQ(find(d, "p")->node, 1);
   }
   {  // its node is full but a job there is leaving: it waits for it, not elsewhere
     B b({4, 4});
-    b.Run("l0", L, 3, 0, 1000, MakeHints(100));
-    Job& v = b.Run("v", L, 1, 1, 1000, MakeHints(100));
+    b.run("l0", L, 3, 0, 1000, MakeHints(100));
+    Job& v = b.run("v", L, 1, 1, 1000, MakeHints(100));
     v.phase = JobPhase::kEvicting;
     v.preemptor = "m";
-    b.Run("l1", L, 3, 1, 1000, MakeHints(100));
-    Job& m = b.Pend("m", H, 1, 5000);
+    b.run("l1", L, 3, 1, 1000, MakeHints(100));
+    Job& m = b.pend("m", H, 1, 5000);
     m.move_to = 1;
     Decisions d = Decide(b.st, Hint());
-    EXPECT_EQ(Find(d, "m"), nullptr) << Dump(d);
+    EXPECT_EQ(find(d, "m"), nullptr) << Dump(d);
     // ...and when nothing is leaving there any more, it is placed like any pending job.
     b.st.jobs[1].phase = JobPhase::kRunning;
     d = Decide(b.st, Hint());
-    ASSERT_NE(Find(d, "m"), nullptr) << Dump(d);
-    EXPECT_EQ(Find(d, "m")->node, 0);
+    ASSERT_NE(find(d, "m"), nullptr) << Dump(d);
+    EXPECT_EQ(find(d, "m")->node, 0);
   }
 }
 
@@ -525,7 +525,7 @@ TEST(Policy, RequeueAfterMoveKeepsItsPlaceAndSkipsTheCooldown) {
   j.move_to = 1;
   j.preemptor = "J";
   j.hints = MakeHints(1);
-  j.RequeueAfterMove(kNow);
+  j.requeue_after_move(kNow);
   EXPECT_EQ(j.phase, JobPhase::kPending);
   EXPECT_EQ(j.move_to, 1);
   EXPECT_EQ(j.moves, 1);
@@ -533,7 +533,7 @@ TEST(Policy, RequeueAfterMoveKeepsItsPlaceAndSkipsTheCooldown) {
   EXPECT_EQ(j.last_moved, kNow);
   EXPECT_TRUE(std::isinf(j.last_preempted));
   EXPECT_FALSE(j.hints.has_value());
-  j.RequeueAfterPreemption(kNow);  // a preemption forgets any move
+  j.requeue_after_preemption(kNow);  // a preemption forgets any move
   EXPECT_EQ(j.move_to, -1);
 }
 

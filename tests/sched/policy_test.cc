@@ -28,10 +28,10 @@ TEST(Policy, Names) {
 
 TEST(Policy, StartsBestFitInPriorityOrder) {
   B b({8, 2, 4});
-  b.Pend("low", L, 2, 100);
-  b.Pend("high", H, 4, 1);
-  b.Pend("big", L, 16);  // never fits: ignored
-  b.Pend("huge-high", H, 16, 1000);  // never fits either: reported with a suggestion
+  b.pend("low", L, 2, 100);
+  b.pend("high", H, 4, 1);
+  b.pend("big", L, 16);  // never fits: ignored
+  b.pend("huge-high", H, 16, 1000);  // never fits either: reported with a suggestion
   Decisions d = Decide(b.st, Hint());
   ASSERT_EQ(d.actions.size(), 2u) << Dump(d);
   ASSERT_EQ(d.waits.size(), 1u);
@@ -46,15 +46,15 @@ TEST(Policy, StartsBestFitInPriorityOrder) {
 
 TEST(Policy, FcfsIsArrivalOrderWithoutPreemption) {
   B b({4});
-  b.Run("r", L, 3, 0, 50, MakeHints(10));
-  b.Pend("low-early", L, 1, 100);
-  b.Pend("high-late", H, 1, 1);
+  b.run("r", L, 3, 0, 50, MakeHints(10));
+  b.pend("low-early", L, 1, 100);
+  b.pend("high-late", H, 1, 1);
   Decisions d = Decide(b.st, FcfsPolicy());
   ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
   EXPECT_EQ(d.actions[0].job, "low-early");
   B c({4});
-  c.Run("r", L, 4, 0, 50, MakeHints(10));
-  c.Pend("high", H, 1);
+  c.run("r", L, 4, 0, 50, MakeHints(10));
+  c.pend("high", H, 1);
   d = Decide(c.st, FcfsPolicy());
   EXPECT_TRUE(d.actions.empty()) << Dump(d);
   ASSERT_EQ(d.waits.size(), 1u);
@@ -71,28 +71,28 @@ TEST(Policy, KubernetesVictimOrder) {
   const Case cases[] = {
       {"lowest priority",
        [](B& b) {
-         b.Run("med", M, 2, 0, 10, MakeHints(1));
-         b.Run("low", L, 2, 1, 1000, MakeHints(900));
+         b.run("med", M, 2, 0, 10, MakeHints(1));
+         b.run("low", L, 2, 1, 1000, MakeHints(900));
        },
        {"low"}},
       {"fewest victims",
        [](B& b) {
-         b.Run("a1", L, 1, 0, 10, MakeHints(1));
-         b.Run("a2", L, 1, 0, 10, MakeHints(1));
-         b.Run("big", L, 2, 1, 500, MakeHints(499));
+         b.run("a1", L, 1, 0, 10, MakeHints(1));
+         b.run("a2", L, 1, 0, 10, MakeHints(1));
+         b.run("big", L, 2, 1, 500, MakeHints(499));
        },
        {"big"}},
       {"most recently started",
        [](B& b) {
-         b.Run("old", L, 2, 0, 5000, MakeHints(1));
-         b.Run("new", L, 2, 1, 60, MakeHints(59));
+         b.run("old", L, 2, 0, 5000, MakeHints(1));
+         b.run("new", L, 2, 1, 60, MakeHints(59));
        },
        {"new"}},
   };
   for (const auto& c : cases) {
     B b({2, 2});
     c.setup(b);
-    b.Pend("hi", H, 2);
+    b.pend("hi", H, 2);
     Decisions d = Decide(b.st, KubernetesPolicy());
     std::vector<std::string> got;
     for (const auto& a : d.actions) {
@@ -125,9 +125,9 @@ TEST(Policy, HintAwareVictimChoice) {
   };
   for (const auto& c : cases) {
     B b({1, 1});
-    b.Run("a", L, 1, 0, 3600, c.a);
-    b.Run("b", L, 1, 1, 3600, c.b);
-    b.Pend("hi", H, 1);
+    b.run("a", L, 1, 0, 3600, c.a);
+    b.run("b", L, 1, 1, 3600, c.b);
+    b.pend("hi", H, 1);
     Decisions d = Decide(b.st, Hint());
     ASSERT_EQ(d.actions.size(), 1u) << c.name << "\n" << Dump(d);
     EXPECT_EQ(d.actions[0].job, c.victim) << c.name << "\n" << Dump(d);
@@ -140,9 +140,9 @@ TEST(Policy, NeverCommittedJobHasNothingToRestore) {
   B b({1, 1});
   Hints fresh = MakeHints(30);
   fresh.last_commit.step = -1;
-  b.Run("fresh", L, 1, 0, 30, fresh);
-  b.Run("old", L, 1, 1, 3600, MakeHints(25));  // less uncommitted work, but a 10 s restore
-  b.Pend("hi", H, 1);
+  b.run("fresh", L, 1, 0, 30, fresh);
+  b.run("old", L, 1, 1, 3600, MakeHints(25));  // less uncommitted work, but a 10 s restore
+  b.pend("hi", H, 1);
   PolicyOptions c = Hint();
   c.checkpoint_then_evict = false;
   Decisions d = Decide(b.st, c);
@@ -157,9 +157,9 @@ TEST(Policy, CheckpointFirstAlwaysPaysTheRestore) {
   B b({1, 1});
   Hints never = MakeHints(60);
   never.last_commit.step = -1;
-  b.Run("never", L, 1, 0, 60, never);
-  b.Run("often", L, 1, 1, 3600, MakeHints(5));
-  b.Pend("hi", H, 1);
+  b.run("never", L, 1, 0, 60, never);
+  b.run("often", L, 1, 1, 3600, MakeHints(5));
+  b.pend("hi", H, 1);
   Decisions d = Decide(b.st, Hint());
   ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
   EXPECT_EQ(d.actions[0].job, "often") << Dump(d);
@@ -169,8 +169,8 @@ TEST(Policy, CheckpointFirstAlwaysPaysTheRestore) {
 
 TEST(Policy, CheckpointThenEvictCanBeTurnedOff) {
   B b({1});
-  b.Run("a", L, 1, 0, 3600, MakeHints(900));
-  b.Pend("hi", H, 1);
+  b.run("a", L, 1, 0, 3600, MakeHints(900));
+  b.pend("hi", H, 1);
   PolicyOptions c = Hint();
   c.checkpoint_then_evict = false;
   Decisions d = Decide(b.st, c);
@@ -181,24 +181,24 @@ TEST(Policy, CheckpointThenEvictCanBeTurnedOff) {
 
 TEST(Policy, PrefersLowerClassAndNeverEqualOrHigher) {
   B b({2, 2, 2});
-  b.Run("med", M, 2, 0, 3600, MakeHints(1));
-  b.Run("low", L, 2, 1, 3600, MakeHints(3000));
-  b.Run("high", H, 2, 2, 3600, MakeHints(0.1));
-  b.Pend("hi", H, 2);
-  b.Pend("med2", M, 2);
+  b.run("med", M, 2, 0, 3600, MakeHints(1));
+  b.run("low", L, 2, 1, 3600, MakeHints(3000));
+  b.run("high", H, 2, 2, 3600, MakeHints(0.1));
+  b.pend("hi", H, 2);
+  b.pend("med2", M, 2);
   Decisions d = Decide(b.st, Hint());
-  const JobAction* low = Find(d, "low");
+  const JobAction* low = find(d, "low");
   ASSERT_TRUE(low) << Dump(d);
   EXPECT_EQ(low->for_job, "hi");
-  EXPECT_FALSE(Find(d, "high")) << Dump(d);
+  EXPECT_FALSE(find(d, "high")) << Dump(d);
   // med2 may not take med (equal class) and low is already taken.
-  EXPECT_FALSE(Find(d, "med")) << Dump(d);
+  EXPECT_FALSE(find(d, "med")) << Dump(d);
 }
 
 TEST(Policy, ClassWithNeverPolicyDoesNotPreempt) {
   B b({1});
-  b.Run("low", L, 1, 0, 3600, MakeHints(100));
-  b.Pend("med", M, 1);
+  b.run("low", L, 1, 0, 3600, MakeHints(100));
+  b.pend("med", M, 1);
   PolicyOptions c = Hint();
   EXPECT_EQ(Decide(b.st, c).actions.size(), 1u);
   c.preempts_lower[1] = false;
@@ -209,9 +209,9 @@ TEST(Policy, ClassWithNeverPolicyDoesNotPreempt) {
 
 TEST(Policy, MinimumRuntimeProtectsRecentlyResumedJobs) {
   B b({1, 1});
-  b.Run("fresh", L, 1, 0, 30, MakeHints(1));
-  b.Run("old", L, 1, 1, 5000, MakeHints(4000));
-  b.Pend("hi", H, 1);
+  b.run("fresh", L, 1, 0, 30, MakeHints(1));
+  b.run("old", L, 1, 1, 5000, MakeHints(4000));
+  b.pend("hi", H, 1);
   PolicyOptions c = Hint();
   c.min_runtime_s = 300;
   Decisions d = Decide(b.st, c);
@@ -229,7 +229,7 @@ TEST(Policy, MinimumRuntimeProtectsRecentlyResumedJobs) {
 
 TEST(Policy, CooldownDelaysRestart) {
   B b({4});
-  Job& j = b.Pend("victim", L, 1);
+  Job& j = b.pend("victim", L, 1);
   j.last_preempted = kNow - 100;
   PolicyOptions c = Hint();
   c.cooldown_s = 300;
@@ -257,9 +257,9 @@ TEST(Policy, PerQueuePreemptionBudget) {
   };
   for (const auto& c : cases) {
     B b({1, 1});
-    b.Run("cheap", L, 1, 0, 3600, MakeHints(10), "research");
-    b.Run("pricey", L, 1, 1, 3600, MakeHints(2000), "batch");
-    b.Pend("hi", H, 1);
+    b.run("cheap", L, 1, 0, 3600, MakeHints(10), "research");
+    b.run("pricey", L, 1, 1, 3600, MakeHints(2000), "batch");
+    b.pend("hi", H, 1);
     b.st.history = c.history;
     PolicyOptions p = Hint();
     p.budget_window_s = 3600;
@@ -274,8 +274,8 @@ TEST(Policy, PerQueuePreemptionBudget) {
 
 TEST(Policy, BudgetExhaustedSuggestsAction) {
   B b({1});
-  b.Run("only", L, 1, 0, 3600, MakeHints(10), "research");
-  b.Pend("hi", H, 1, 900);
+  b.run("only", L, 1, 0, 3600, MakeHints(10), "research");
+  b.pend("hi", H, 1, 900);
   b.st.history = {{kNow - 100, "research", 0.1}};
   PolicyOptions p = Hint();
   p.budget_max_preemptions = 1;
@@ -297,12 +297,12 @@ TEST(Policy, ReservedHeadroomIsForHighPriority) {
   const Case cases[] = {{L, 16, true}, {L, 17, false}, {M, 17, false}, {H, 17, true}, {H, 19, true}};
   for (const auto& c : cases) {
     B b({20});
-    b.Run("filler", L, c.used_by_low, 0, 3600, MakeHints(1));
-    b.Pend("new", c.cls, 1);
+    b.run("filler", L, c.used_by_low, 0, 3600, MakeHints(1));
+    b.pend("new", c.cls, 1);
     PolicyOptions p = Hint();
     p.reserved_headroom = 0.15;
     Decisions d = Decide(b.st, p);
-    EXPECT_EQ(Find(d, "new") != nullptr, c.starts) << PriorityClassName(c.cls) << " " << c.used_by_low << Dump(d);
+    EXPECT_EQ(find(d, "new") != nullptr, c.starts) << PriorityClassName(c.cls) << " " << c.used_by_low << Dump(d);
   }
 }
 
@@ -310,15 +310,15 @@ TEST(Policy, NonHighBlockedOnlyByTheReserveWaitsInsteadOfPreempting) {
   // 20 GPUs, 17 non-high allowed; 17 held by low, 3 free: a medium job fits physically but not
   // under the cap, so it waits; when the cluster is full it may replace a low job.
   B b({20});
-  b.Run("lows", L, 17, 0, 3600, MakeHints(1000));
-  b.Pend("med", M, 1);
+  b.run("lows", L, 17, 0, 3600, MakeHints(1000));
+  b.pend("med", M, 1);
   PolicyOptions p = Hint();
   p.reserved_headroom = 0.15;
   EXPECT_TRUE(Decide(b.st, p).actions.empty()) << Dump(Decide(b.st, p));
   B full({2, 2});
-  full.Run("l1", L, 2, 0, 3600, MakeHints(1000));
-  full.Run("h1", H, 2, 1, 3600, MakeHints(10));
-  full.Pend("med", M, 2);
+  full.run("l1", L, 2, 0, 3600, MakeHints(1000));
+  full.run("h1", H, 2, 1, 3600, MakeHints(10));
+  full.pend("med", M, 2);
   p.reserved_headroom = 0.25;  // 4 GPUs: non-high cap 3; medium replaces the low (2 - 2 + 2 <= 3)
   Decisions d = Decide(full.st, p);
   ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
@@ -346,16 +346,16 @@ TEST(Policy, NonHighPreemptDelayTable) {
   };
   for (const auto& c : cases) {
     B b({c.free_gpu ? 2 : 1});
-    b.Run("low", L, 1, 0, 3600, MakeHints(900));
-    Job& p = b.Pend("p", c.cls, 1, c.waited_s);
+    b.run("low", L, 1, 0, 3600, MakeHints(900));
+    Job& p = b.pend("p", c.cls, 1, c.waited_s);
     if (c.requeued_ago_s >= 0) p.last_preempted = kNow - c.requeued_ago_s;
     PolicyOptions cfg = Hint();
     cfg.nonhigh_preempt_delay_s = c.delay_s;
     Decisions d = Decide(b.st, cfg);
-    const JobAction* victim = Find(d, "low");
+    const JobAction* victim = find(d, "low");
     EXPECT_EQ(victim != nullptr, c.preempts) << c.name << "\n" << Dump(d);
     if (c.free_gpu) {
-      const JobAction* start = Find(d, "p");
+      const JobAction* start = find(d, "p");
       ASSERT_TRUE(start) << c.name << "\n" << Dump(d);
       EXPECT_EQ(start->kind, ActionKind::kStart) << c.name;
     }
@@ -376,23 +376,23 @@ TEST(Policy, LowGuaranteedShareIsNotPreempted) {
   };
   for (const auto& c : {Case{0.0, true}, Case{0.25, true}, Case{0.5, false}}) {
     B b({2, 2, 2});
-    b.Run("low", L, 2, 0, 3600, MakeHints(100));
-    b.Run("low2", L, 2, 1, 3600, MakeHints(5000));
-    b.Run("high", H, 2, 2, 3600, MakeHints(100));
-    b.Pend("hi2", H, 2);
+    b.run("low", L, 2, 0, 3600, MakeHints(100));
+    b.run("low2", L, 2, 1, 3600, MakeHints(5000));
+    b.run("high", H, 2, 2, 3600, MakeHints(100));
+    b.pend("hi2", H, 2);
     PolicyOptions p = Hint();
     p.low_guaranteed_share = c.share;  // of 6 GPUs: floor(1.5) = 1, floor(3) = 3; low holds 4
     Decisions d = Decide(b.st, p);
-    EXPECT_EQ(Find(d, "low") != nullptr, c.preempted) << c.share << Dump(d);
+    EXPECT_EQ(find(d, "low") != nullptr, c.preempted) << c.share << Dump(d);
   }
   // And the share lets low start inside the headroom.
   B b({10});
-  b.Pend("low", L, 1);
-  b.Run("m", M, 9, 0, 10, MakeHints(1));
+  b.pend("low", L, 1);
+  b.run("m", M, 9, 0, 10, MakeHints(1));
   PolicyOptions p = Hint();
   p.reserved_headroom = 0.5;
   p.low_guaranteed_share = 0.1;
-  EXPECT_TRUE(Find(Decide(b.st, p), "low"));
+  EXPECT_TRUE(find(Decide(b.st, p), "low"));
 }
 
 TEST(Policy, RefillKeepsReservedHeadroomFree) {
@@ -411,8 +411,8 @@ TEST(Policy, RefillKeepsReservedHeadroomFree) {
   for (const auto& c : cases) {
     B b({10});
     int low = c.high_used == 0 ? 8 : 10 - c.high_used;
-    for (int i = 0; i < low; ++i) b.Run("low" + std::to_string(i), L, 1, 0, 3600, MakeHints(100 + i));
-    if (c.high_used) b.Run("high", H, c.high_used, 0, 3600, MakeHints(1));
+    for (int i = 0; i < low; ++i) b.run("low" + std::to_string(i), L, 1, 0, 3600, MakeHints(100 + i));
+    if (c.high_used) b.run("high", H, c.high_used, 0, 3600, MakeHints(1));
     PolicyOptions p = Hint();
     p.reserved_headroom = 0.2;
     p.refill_headroom = c.refill;
@@ -431,8 +431,8 @@ TEST(Policy, RefillKeepsReservedHeadroomFree) {
   }
   // Victims already on their way out count as free: no second refill.
   B b({10});
-  for (int i = 0; i < 8; ++i) b.Run("low" + std::to_string(i), L, 1, 0, 3600, MakeHints(100));
-  b.Run("high", H, 2, 0, 3600, MakeHints(1));
+  for (int i = 0; i < 8; ++i) b.run("low" + std::to_string(i), L, 1, 0, 3600, MakeHints(100));
+  b.run("high", H, 2, 0, 3600, MakeHints(1));
   b.st.jobs[0].phase = JobPhase::kCheckpointing;
   b.st.jobs[1].phase = JobPhase::kCheckpointing;
   PolicyOptions p = Hint();
@@ -441,12 +441,12 @@ TEST(Policy, RefillKeepsReservedHeadroomFree) {
   for (const auto& a : Decide(b.st, p).actions) EXPECT_NE(a.kind, ActionKind::kRequestCheckpoint) << a.job;
   // And a pending low job does not start into the reserve.
   B q({10});
-  for (int i = 0; i < 8; ++i) q.Run("low" + std::to_string(i), L, 1, 0, 3600, MakeHints(100));
-  q.Pend("newlow", L, 1);
-  EXPECT_FALSE(Find(Decide(q.st, p), "newlow"));
+  for (int i = 0; i < 8; ++i) q.run("low" + std::to_string(i), L, 1, 0, 3600, MakeHints(100));
+  q.pend("newlow", L, 1);
+  EXPECT_FALSE(find(Decide(q.st, p), "newlow"));
   p.refill_headroom = false;
   p.reserved_headroom = 0.1;
-  EXPECT_TRUE(Find(Decide(q.st, p), "newlow"));
+  EXPECT_TRUE(find(Decide(q.st, p), "newlow"));
 }
 
 }  // namespace

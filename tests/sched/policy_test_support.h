@@ -29,7 +29,7 @@ struct B {  // a small builder for cluster states
     st.now = kNow;
     for (size_t i = 0; i < node_gpus.size(); ++i) st.nodes.push_back({"n" + std::to_string(i), node_gpus[i]});
   }
-  Job& Run(const std::string& id, PriorityClass c, int gpus, int node, double started_ago, std::optional<Hints> h,
+  Job& run(const std::string& id, PriorityClass c, int gpus, int node, double started_ago, std::optional<Hints> h,
            const std::string& queue = "q") {
     Job j;
     j.id = id;
@@ -45,7 +45,7 @@ struct B {  // a small builder for cluster states
     st.jobs.push_back(j);
     return st.jobs.back();
   }
-  Job& Pend(const std::string& id, PriorityClass c, int gpus, double waited = 5) {
+  Job& pend(const std::string& id, PriorityClass c, int gpus, double waited = 5) {
     Job j;
     j.id = id;
     j.cls = c;
@@ -56,7 +56,7 @@ struct B {  // a small builder for cluster states
   }
 };
 
-inline const JobAction* Find(const Decisions& d, const std::string& job) {
+inline const JobAction* find(const Decisions& d, const std::string& job) {
   for (const auto& a : d.actions)
     if (a.job == job) return &a;
   return nullptr;

@@ -41,7 +41,7 @@ TEST(SchedRun, CheckpointThenEvictTheCheaperVictimAndResume) {
   std::vector<RunEvent> ev;
   Status s = RunJobs(jobs, opt, &ev);
   const std::string all = EventsText(ev);
-  ASSERT_TRUE(s.ok()) << s.ToString() << "\n" << all;
+  ASSERT_TRUE(s.ok()) << s.to_string() << "\n" << all;
   // The victim is low-a (less uncommitted work); low-b is never touched.
   testing::ExpectCheckpointThenEvict(ev, "low-a", "low-b", "high-h", all);
 

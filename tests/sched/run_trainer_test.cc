@@ -75,7 +75,7 @@ TEST(SchedRunTrainer, RealTrainerVictimCheckpointsAndResumesBitForBit) {
   std::vector<RunEvent> ev;
   Status s = RunJobs(jobs, opt, &ev);
   std::string all = EventsText(ev);
-  ASSERT_TRUE(s.ok()) << s.ToString() << "\n" << all;
+  ASSERT_TRUE(s.ok()) << s.to_string() << "\n" << all;
   const auto out_a = Lines(dir / "low-a" + "/out");
   all += "--- low-a output:\n" + Joined(out_a);
 

@@ -384,7 +384,7 @@ TEST(TraceCsv, RoundTripAndErrors) {
     WriteFileOrDie(dir / "bad.csv", c.body);
     Status s = LoadTraceCsv(dir / "bad.csv", &back);
     EXPECT_EQ(s.code(), StatusCode::kCorruption) << c.body;
-    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.to_string();
   }
   EXPECT_EQ(LoadTraceCsv(dir / "absent.csv", &back).code(), StatusCode::kNotFound);
   Trace parsed;
@@ -400,7 +400,7 @@ TEST(Simulator, RejectsInvalidTraces) {
     SimResult r;
     Status s = Simulate(t, PolicyOptions(), SimOptions(), &r);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << needle;
-    EXPECT_NE(s.message().find(needle), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.to_string();
   };
   Trace t = base;
   t.jobs[3].id = t.jobs[1].id;
@@ -460,7 +460,7 @@ TEST(AlibabaTrace, MappingOnAFixture) {
   o.dir = dir.path();
   Status s = LoadAlibabaTrace(o, &t);
   EXPECT_EQ(s.code(), StatusCode::kCorruption);
-  EXPECT_NE(s.message().find("missing column 'qos'"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("missing column 'qos'"), std::string::npos) << s.to_string();
 }
 
 TEST(OfferedDemand, PeaksOverallAndPerClass) {

@@ -65,16 +65,16 @@ TEST(SchedUnits, PassStateTracksFreeGpusAndVersions) {
   EXPECT_EQ(p.free(0), 6);
   EXPECT_EQ(p.free(1), 0);
   EXPECT_EQ(p.free_sum(), 6);
-  EXPECT_EQ(p.BestFit(2), 0);
-  EXPECT_EQ(p.BestFit(7), -1);
+  EXPECT_EQ(p.best_fit(2), 0);
+  EXPECT_EQ(p.best_fit(7), -1);
   EXPECT_EQ(p.placed_by_class[0], 2);
   EXPECT_EQ(p.placed_by_class[1], 4);
   const int v = p.node_version(0);
-  p.SetFree(0, 1);
+  p.set_free(0, 1);
   EXPECT_EQ(p.node_version(0), v + 1);
   EXPECT_EQ(p.free_sum(), 1);
-  EXPECT_EQ(p.BestFit(1), 0);
-  EXPECT_EQ(p.BestFit(2), -1);
+  EXPECT_EQ(p.best_fit(1), 0);
+  EXPECT_EQ(p.best_fit(2), -1);
   // 15% of 12 GPUs reserved for high priority, rounded down to whole GPUs.
   EXPECT_EQ(p.reserve, 1);
   EXPECT_EQ(p.nonhigh_cap, 11);
@@ -110,17 +110,17 @@ TEST(SchedUnits, MinimumRunTimeGuard) {
   PolicyOptions cfg;  // min_runtime_s 300
   PassState p(st, cfg);
   ClusterRules rules(&p);
-  EXPECT_FALSE(rules.InMinRuntime(st.jobs[0], false, true));  // ran 1000 s
-  EXPECT_TRUE(rules.InMinRuntime(st.jobs[1], false, false));  // ran 10 s
+  EXPECT_FALSE(rules.in_min_runtime(st.jobs[0], false, true));  // ran 1000 s
+  EXPECT_TRUE(rules.in_min_runtime(st.jobs[1], false, false));  // ran 10 s
   EXPECT_EQ(p.min_runtime_release, kInf);                      // not noted
-  EXPECT_TRUE(rules.InMinRuntime(st.jobs[1], true, true));    // override, but within cooldown + min run time
+  EXPECT_TRUE(rules.in_min_runtime(st.jobs[1], true, true));    // override, but within cooldown + min run time
   EXPECT_EQ(p.min_runtime_release, kNow + 290);
   st.jobs[1].last_preempted = -kInf;
-  EXPECT_FALSE(rules.InMinRuntime(st.jobs[1], true, true));  // override lifts it
+  EXPECT_FALSE(rules.in_min_runtime(st.jobs[1], true, true));  // override lifts it
   // Baselines have no minimum run time.
   PassState k8s(st, KubernetesPolicy());
   ClusterRules k8s_rules(&k8s);
-  EXPECT_FALSE(k8s_rules.InMinRuntime(st.jobs[1], false, true));
+  EXPECT_FALSE(k8s_rules.in_min_runtime(st.jobs[1], false, true));
 }
 
 TEST(SchedUnits, BudgetCheckCountsHistoryAndCharges) {
@@ -132,9 +132,9 @@ TEST(SchedUnits, BudgetCheckCountsHistoryAndCharges) {
   ClusterRules rules(&p);
   VictimCost vc;
   vc.lost_gpu_s = 360;
-  EXPECT_FALSE(rules.ExceedsBudget({0}, {vc}).has_value());
-  rules.ChargeBudget(st.jobs[0], vc);
-  std::optional<std::string> q = rules.ExceedsBudget({1}, {vc});
+  EXPECT_FALSE(rules.exceeds_budget({0}, {vc}).has_value());
+  rules.charge_budget(st.jobs[0], vc);
+  std::optional<std::string> q = rules.exceeds_budget({1}, {vc});
   ASSERT_TRUE(q.has_value());
   EXPECT_EQ(*q, "q");
   EXPECT_EQ(p.out.recheck_at, kNow - 100 + cfg.budget_window_s);  // when the oldest leaves the window
@@ -230,15 +230,15 @@ TEST(SchedLifecycle, ApplyDecisionAndRequeue) {
 
 class RecordingExecutor : public Executor {
  public:
-  Status Start(const Job& j, const JobAction&) override {
+  Status start(const Job& j, const JobAction&) override {
     calls.push_back("start " + j.id);
     return refuse_starts ? Status(StatusCode::kUnavailable, "busy") : Status::OK();
   }
-  Status RequestCheckpoint(const Job& j, int64_t id, const JobAction&) override {
+  Status request_checkpoint(const Job& j, int64_t id, const JobAction&) override {
     calls.push_back("request " + j.id + " " + std::to_string(id));
     return Status::OK();
   }
-  Status Evict(const Job& j, const JobAction&) override {
+  Status evict(const Job& j, const JobAction&) override {
     calls.push_back("evict " + j.id);
     return Status::OK();
   }

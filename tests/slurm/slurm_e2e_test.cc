@@ -27,7 +27,7 @@ class SlurmE2E : public ::testing::Test {
   void TearDown() override { Sh("scancel --user=root >/dev/null 2>&1"); }
 
   // An uninterrupted run of `world` ranks; returns rank 0's stdout. Losses go to `loss_log`.
-  std::string Reference(const std::string& args, int world, const std::string& loss_log) {
+  std::string reference(const std::string& args, int world, const std::string& loss_log) {
     std::string rdzv = dir_ / "ref.rdzv", cmd;
     for (int r = 0; r < world; ++r)
       cmd += Trainer() + " --dir " + (dir_ / "ref") + " " + args + " --rank " + std::to_string(r) + " --world " +
@@ -39,7 +39,7 @@ class SlurmE2E : public ::testing::Test {
   }
 
   // Waits until the job has finished (COMPLETED / FAILED / ...); false on timeout.
-  bool WaitDone(const std::string& id, double timeout_s) {
+  bool wait_done(const std::string& id, double timeout_s) {
     return WaitFor(timeout_s, [&] {
       std::string s = JobState(id);
       return s == "COMPLETED" || s == "FAILED" || s == "CANCELLED" || s == "TIMEOUT" || s == "NODE_FAIL";
@@ -49,7 +49,7 @@ class SlurmE2E : public ::testing::Test {
   // Waits until a requeued job is pending. SLURM holds it back for the credential lifetime
   // (cred_expire=10 on the test cluster); starting it earlier (StartTime=now) makes slurmd refuse
   // it ("Job credential revoked") and the job fails.
-  void ReleaseWhenPending(const std::string& id) {
+  void release_when_pending(const std::string& id) {
     WaitFor(60, [&] { return JobState(id) == "PENDING"; });
   }
 
@@ -70,7 +70,7 @@ class SlurmE2E : public ::testing::Test {
 // Preemption: PreemptMode=REQUEUE with GraceTime=20 on the low partition.
 TEST_F(SlurmE2E, PreemptedLowJobCommitsInsideGraceTimeIsRequeuedAndResumesBitwise) {
   const std::string args = "--steps 1500 --every 300";
-  std::string ref_out = Reference(args, 1, dir_ / "ref.loss");
+  std::string ref_out = reference(args, 1, dir_ / "ref.loss");
   WriteScript(dir_ / "low.sh", "#!/bin/bash\nexport PREEMPT_GRACE_S=20\nexec " + Trainer() + " --dir " +
                                    (dir_ / "ckpt") + " " + args + " --sleep-ms 30 --loss-log " + (dir_ / "loss") +
                                    " --hints " + (dir_ / "hints.json") + "\n");
@@ -81,8 +81,8 @@ TEST_F(SlurmE2E, PreemptedLowJobCommitsInsideGraceTimeIsRequeuedAndResumesBitwis
   std::string high = Sbatch("-p high --gres=gpu:1 -o /dev/null --wrap 'sleep 1'", "");
   ASSERT_FALSE(high.empty());
   ASSERT_TRUE(WaitFor(60, [&] { return JobRestarts(low) >= 1; })) << "not requeued: " << JobState(low);
-  ReleaseWhenPending(low);
-  ASSERT_TRUE(WaitDone(low, 120)) << JobState(low);
+  release_when_pending(low);
+  ASSERT_TRUE(wait_done(low, 120)) << JobState(low);
   EXPECT_EQ(JobState(low), "COMPLETED");
   EXPECT_EQ(JobState(high), "COMPLETED");
 
@@ -106,7 +106,7 @@ TEST_F(SlurmE2E, PreemptedLowJobCommitsInsideGraceTimeIsRequeuedAndResumesBitwis
 // even on a loaded machine; a run may be stopped more than once.
 TEST_F(SlurmE2E, WallTimeSignalCheckpointsAndRequeuesTheJobItself) {
   const std::string args = "--steps 900 --every 300";
-  std::string ref_out = Reference(args, 1, dir_ / "ref.loss");
+  std::string ref_out = reference(args, 1, dir_ / "ref.loss");
   WriteScript(dir_ / "walltime.sh",
               "#!/bin/bash\nexport PREEMPT_STOP_SIGNALS=TERM,USR1 PREEMPT_GRACE_S=40\n"
                   // SLURM may deliver --signal right as a requeued run starts; ignored until the
@@ -119,11 +119,11 @@ TEST_F(SlurmE2E, WallTimeSignalCheckpointsAndRequeuesTheJobItself) {
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(WaitFor(150, [&] { return JobRestarts(id) >= 1; })) << "no self-requeue: " << JobState(id);
   for (int i = 0; i < 3 && JobState(id) != "COMPLETED"; ++i) {
-    ReleaseWhenPending(id);
+    release_when_pending(id);
     WaitFor(30, [&] { return JobState(id) != "PENDING"; });
     WaitFor(75, [&] { return JobState(id) == "COMPLETED" || JobState(id) == "PENDING"; });
   }
-  ASSERT_TRUE(WaitDone(id, 30)) << JobState(id);
+  ASSERT_TRUE(wait_done(id, 30)) << JobState(id);
   EXPECT_EQ(JobState(id), "COMPLETED");
   std::string out = ReadFileOrDie(dir_ / "walltime.out");
   auto stops = LinesStartingWith(out, "rank 0 stopped at step ");
@@ -139,7 +139,7 @@ TEST_F(SlurmE2E, WallTimeSignalCheckpointsAndRequeuesTheJobItself) {
 // that signals both tasks; the third run finishes.
 TEST_F(SlurmE2E, SrunTasksTakeRankFromSlurmAndStopTogetherOnOneOrAllSignals) {
   const std::string args = "--steps 300 --every 100";
-  std::string ref_out = Reference(args, 2, dir_ / "ref.loss");
+  std::string ref_out = reference(args, 2, dir_ / "ref.loss");
   WriteScript(dir_ / "srun.sh",
               "#!/bin/bash\nexport PREEMPT_GRACE_S=20\nsrun --kill-on-bad-exit=0 bash -c 'exec " + Trainer() +
                   " --dir " + (dir_ / "ckpt") + " " + args + " --sleep-ms 40 --loss-log " + (dir_ / "loss") +
@@ -162,13 +162,13 @@ TEST_F(SlurmE2E, SrunTasksTakeRankFromSlurmAndStopTogetherOnOneOrAllSignals) {
   // The operator requeues; the next run is preempted by a high job (SIGTERM to both tasks).
   WaitFor(30, [&] { std::string s = JobState(id); return s != "RUNNING" && s != "COMPLETING"; });
   Sh("scontrol requeue " + id + " 2>&1");
-  ReleaseWhenPending(id);
+  release_when_pending(id);
   ASSERT_TRUE(WaitFor(60, [&] { return LinesStartingWith(ReadFileOrDie(dir_ / "srun.out"), "rank 1 start step ").size() == 2; }));
   SleepS(2);
   std::string high = Sbatch("-p high --gres=gpu:4 -o /dev/null --wrap 'sleep 1'", "");
   ASSERT_TRUE(WaitFor(60, [&] { return JobRestarts(id) >= 2; })) << JobState(id);
-  ReleaseWhenPending(id);
-  ASSERT_TRUE(WaitDone(id, 120)) << JobState(id);
+  release_when_pending(id);
+  ASSERT_TRUE(wait_done(id, 120)) << JobState(id);
   EXPECT_EQ(JobState(id), "COMPLETED");
   out = ReadFileOrDie(dir_ / "srun.out");
   EXPECT_EQ(LinesStartingWith(out, "rank 0 stopped at step ").size(), 2u) << out;

@@ -33,7 +33,7 @@ TEST(SlurmEnv, ReadsRankWorldAndRestartsAndRejectsBadValuesByName) {
   EXPECT_EQ(t.partition, "low");
   Status s = ReadSlurmTask(Env({{"SLURM_JOB_ID", "42"}, {"SLURM_PROCID", "x"}}), &t);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("SLURM_PROCID"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("SLURM_PROCID"), std::string::npos) << s.to_string();
   s = ReadSlurmTask(Env({{"SLURM_JOB_ID", "42"}, {"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "2"}}), &t);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
 }

@@ -69,7 +69,7 @@ void KillAndRestore(int iterations, bool frozen, int* referencing) {
     RestoreOptions ro;
     ro.strict = false;
     Status s = store.restore({}, ro, &r);
-    ASSERT_TRUE(s.ok()) << "iteration " << i << ": " << s.ToString();
+    ASSERT_TRUE(s.ok()) << "iteration " << i << ": " << s.to_string();
     EXPECT_TRUE(r.rejected.empty()) << r.rejected[0];  // committed checkpoints are never partial
     ASSERT_GE(r.step, last_restored) << "went backwards";
     ASSERT_GE(r.step, reported) << "a commit the writer reported as durable was not restored";

@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     req.items.push_back({"b", preempt::DType::kUInt8, {static_cast<int64_t>(b.size())}, b.data(), b.size()});
     preempt::Status s = store.save(req);
     if (!s.ok()) {
-      fprintf(stderr, "save failed: %s\n", s.ToString().c_str());
+      fprintf(stderr, "save failed: %s\n", s.to_string().c_str());
       return 1;
     }
     printf("%ld\n", step);

@@ -41,18 +41,18 @@ TEST(ManifestFuzzCorpus, EverySeedRunsThroughTheFuzzTarget) {
 TEST(ManifestFuzzCorpus, SeedsDecode) {
   Manifest m;
   Status s = DecodeManifest(Read("manifest"), "manifest", UINT64_MAX, &m);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(m.format_version, 1u);
   s = DecodeManifest(Read("manifest-v2-references"), "manifest-v2-references", UINT64_MAX, &m);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(m.format_version, 2u);
   EXPECT_EQ(ReferencedSteps(m), std::vector<int64_t>{12});
   CommitRecord c;
   s = DecodeCommit(Read("commit-v2-references"), "commit-v2-references", &c);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(c.referenced_steps, std::vector<int64_t>{12});
   s = DecodeCommit(Read("commit"), "commit", &c);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_TRUE(c.referenced_steps.empty());
 }
 

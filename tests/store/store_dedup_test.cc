@@ -64,7 +64,7 @@ void ExpectRestores(Store& store, std::optional<int64_t> step, const std::vector
   ro.step = step;
   RestoreResult r;
   Status s = store.restore({}, ro, &r);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(r.step, want_step);
   const auto& f = r.owned.at("model:frozen");
   const auto& t = r.owned.at("model:trained");
@@ -76,7 +76,7 @@ void ExpectRestores(Store& store, std::optional<int64_t> step, const std::vector
 
 std::string StepDir(const std::string& root, int64_t step) { return root + "/" + StepDirName(step); }
 
-void FlipByte(const std::string& path, uint64_t offset) {
+void flip_byte(const std::string& path, uint64_t offset) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekg(offset);
   char c;
@@ -93,7 +93,7 @@ TEST(Dedup, UnchangedChunksAreReferencedAtTheirOriginalLocation) {
   State st;
   for (int64_t step : {1, 2, 3}) {
     auto h = store.save_async(st.Request(step, 100 + step));
-    ASSERT_TRUE(h->wait().ok()) << h->status().ToString();
+    ASSERT_TRUE(h->wait().ok()) << h->status().to_string();
     const SaveStats stats = h->stats();
     EXPECT_EQ(h->bytes_written(), h->bytes_total());
     EXPECT_EQ(stats.written_bytes + stats.referenced_bytes, stats.bytes);
@@ -193,12 +193,12 @@ class SharedChunkDamage : public ::testing::Test {
     ASSERT_TRUE(store_->save(st_.Request(3, 203)).ok());  // references step 2's frozen chunks
   }
   // Restore skips `rejected` checkpoints, the newest for `must_mention`, and reads `want_step`.
-  void ExpectFallback(const std::string& must_mention, int64_t want_step, size_t rejected) {
+  void expect_fallback(const std::string& must_mention, int64_t want_step, size_t rejected) {
     RestoreOptions ro;
     ro.strict = false;
     RestoreResult r;
     Status s = store_->restore({}, ro, &r);
-    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_TRUE(s.ok()) << s.to_string();
     EXPECT_EQ(r.step, want_step);
     ASSERT_EQ(r.rejected.size(), rejected);
     EXPECT_NE(r.rejected[0].find(must_mention), std::string::npos) << r.rejected[0];
@@ -214,9 +214,9 @@ class SharedChunkDamage : public ::testing::Test {
 
 TEST_F(SharedChunkDamage, FlippedByteIsDetectedNamingTheFileHoldingIt) {
   const std::string shared = StepDir(root_, 2) + "/rank-00000.bin";
-  FlipByte(shared, 3 * kChunk + 5);  // chunk 3: frozen, referenced by step 3
+  flip_byte(shared, 3 * kChunk + 5);  // chunk 3: frozen, referenced by step 3
   // Steps 3 and 2 both hold the damaged chunk.
-  ExpectFallback(shared + ": chunk 3 of step 3 (at offset " + std::to_string(3 * kChunk) + ")", 1, 2);
+  expect_fallback(shared + ": chunk 3 of step 3 (at offset " + std::to_string(3 * kChunk) + ")", 1, 2);
   VerifyResult v;
   ASSERT_TRUE(Store::Verify(StepDir(root_, 3), &v).ok());
   ASSERT_FALSE(v.ok);
@@ -234,12 +234,12 @@ TEST_F(SharedChunkDamage, TruncatedReferencedFileMakesTheNewerCheckpointInvalid)
   EXPECT_FALSE(list[0].valid);
   EXPECT_NE(list[0].problem.find("step-00000003/rank-00000.manifest: field chunk_offset["), std::string::npos) << list[0].problem;
   EXPECT_NE(list[0].problem.find(shared), std::string::npos) << list[0].problem;
-  ExpectFallback("truncated", 1, 2);
+  expect_fallback("truncated", 1, 2);
 }
 
 TEST_F(SharedChunkDamage, DeletedReferencedStepMakesTheNewerCheckpointInvalid) {
   fsys::remove_all(StepDir(root_, 2));
-  ExpectFallback("step-00000003/rank-00000.manifest: field chunk_step[0] references step 2, which is not a committed checkpoint", 1, 1);
+  expect_fallback("step-00000003/rank-00000.manifest: field chunk_step[0] references step 2, which is not a committed checkpoint", 1, 1);
 }
 
 // Manifests rewritten by a hostile writer (checksums and COMMIT made consistent again): every
@@ -269,7 +269,7 @@ class HostileReference : public SharedChunkDamage {
     VerifyResult v;
     ASSERT_TRUE(Store::Verify(StepDir(root_, 3), &v).ok());
     EXPECT_FALSE(v.ok);
-    ExpectFallback("field " + field, 2, 1);
+    expect_fallback("field " + field, 2, 1);
   }
 };
 
@@ -319,7 +319,7 @@ TEST_F(HostileReference, ReferenceToTheWrongChunkFailsItsChecksum) {
   VerifyResult v;
   ASSERT_TRUE(Store::Verify(StepDir(root_, 3), &v).ok());
   EXPECT_FALSE(v.ok);
-  ExpectFallback("chunk 2 of step 3", 2, 1);
+  expect_fallback("chunk 2 of step 3", 2, 1);
 }
 
 TEST(Dedup, RewindAndResaveNeverReferenceWhatTheyReplace) {
@@ -374,7 +374,7 @@ TEST(Dedup, VersionOneCheckpointsStillRestoreAndServeAsBase) {
   EXPECT_EQ(read.format_version, 1u);
   ExpectRestores(store, std::nullopt, st.frozen, Pattern(401, 2 * kChunk - 50), 1);
   auto h = store.save_async(st.Request(2, 402));
-  ASSERT_TRUE(h->wait().ok()) << h->status().ToString();
+  ASSERT_TRUE(h->wait().ok()) << h->status().to_string();
   EXPECT_EQ(h->stats().referenced_bytes, 8 * kChunk);
   ExpectRestores(store, std::nullopt, st.frozen, Pattern(402, 2 * kChunk - 50), 2);
 }
@@ -398,7 +398,7 @@ TEST(Dedup, PowerLossAtEveryOperationOfADeduplicatedSave) {
       (void)store.save(st.Request(3, 503));
       if (ops_used) *ops_used = fs.ops.load() - before;
     }
-    fs.SimulatePowerLoss();
+    fs.simulate_power_loss();
     Store after(Options(dir / "ckpt"));
     std::vector<CheckpointInfo> list;
     ASSERT_TRUE(after.list(&list).ok());
@@ -407,7 +407,7 @@ TEST(Dedup, PowerLossAtEveryOperationOfADeduplicatedSave) {
     ro.strict = false;
     RestoreResult r;
     Status s = after.restore({}, ro, &r);
-    ASSERT_TRUE(s.ok()) << "power loss after op " << fail_after << ": " << s.ToString();
+    ASSERT_TRUE(s.ok()) << "power loss after op " << fail_after << ": " << s.to_string();
     ASSERT_TRUE(r.step == 2 || r.step == 3) << r.step;
     EXPECT_TRUE(r.rejected.empty());
     const auto trained = Pattern(500 + r.step, 2 * kChunk - 50);
@@ -439,8 +439,8 @@ TEST(Dedup, EveryRankReferencesItsOwnData) {
       });
     }
     for (auto& t : ranks) t.join();
-    ASSERT_TRUE(st[0].ok()) << st[0].ToString();
-    ASSERT_TRUE(st[1].ok()) << st[1].ToString();
+    ASSERT_TRUE(st[0].ok()) << st[0].to_string();
+    ASSERT_TRUE(st[1].ok()) << st[1].to_string();
   }
   format::CommitRecord c;
   ASSERT_TRUE(format::DecodeCommit(testing::ReadFileOrDie(StepDir(root, 2) + "/COMMIT"), "COMMIT", &c).ok());

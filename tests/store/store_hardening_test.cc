@@ -53,7 +53,7 @@ Status Save(Store& store, int64_t step, bool rewind = false) {
 int64_t RestoredStep(Store& store, RestoreResult* r) {
   std::vector<int64_t> w(5000, -7);
   Status s = store.restore({{"w", DType::kInt64, {5000}, w.data(), w.size() * 8}}, {}, r);
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(s.ok()) << s.to_string();
   if (!s.ok()) return -1;
   for (int64_t v : w) EXPECT_EQ(v, r->step);
   return r->step;
@@ -142,7 +142,7 @@ TEST(Strings, NulInMetadataIsRefusedAtSave) {
     Saved s = Request(1);
     s.req.metadata[key] = value;
     Status st = store.save(s.req);
-    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
     EXPECT_NE(st.message().find("NUL"), std::string::npos) << st.message();
   }
   EXPECT_FALSE(fsys::exists(dir / "ckpt/step-00000001"));
@@ -172,7 +172,7 @@ TEST(Misuse, NegativeStepIsRefused) {
   TempDir dir;
   Store store(Options(dir / "ckpt"));
   Status s = Save(store, -5);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
   EXPECT_NE(s.message().find("-5"), std::string::npos) << s.message();
   EXPECT_FALSE(fsys::exists(dir / "ckpt/step--0000005"));
   EXPECT_FALSE(fsys::exists(dir / "ckpt/step--0000005.tmp"));
@@ -215,7 +215,7 @@ TEST(StepOrder, GoingBackwardsIsRefusedUnlessRewinding) {
   ASSERT_TRUE(Save(store, 10).ok());
   ASSERT_TRUE(Save(store, 11).ok());
   Status s = Save(store, 5);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
   EXPECT_NE(s.message().find("step 11"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("rewind"), std::string::npos) << s.message();
   EXPECT_TRUE(Save(store, 11).ok()) << "re-saving the newest step is allowed";

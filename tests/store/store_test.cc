@@ -85,7 +85,7 @@ void ExpectRestores(Store& store, int64_t step, const Fixture& f) {
   auto targets = TargetsFor(f, &got);
   RestoreResult r;
   Status s = store.restore(targets, RestoreOptions{}, &r);
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(r.step, step);
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], f.data[i]) << f.req.items[i].name;
   EXPECT_EQ(r.metadata.at("note"), "step " + std::to_string(step));
@@ -112,7 +112,7 @@ TEST_P(StoreModes, RoundTripEveryBackend) {
   Store store(o);
   Fixture f = MakeRequest(10, o.chunk_bytes);
   auto h = store.save_async(f.req);
-  ASSERT_TRUE(h->wait().ok()) << h->status().ToString();
+  ASSERT_TRUE(h->wait().ok()) << h->status().to_string();
   EXPECT_TRUE(h->done());
   EXPECT_EQ(h->bytes_written(), h->bytes_total());
   SaveStats st = h->stats();
@@ -143,7 +143,7 @@ TEST(Store, DirectOnFailsWhereRefused) {
   Fixture f = MakeRequest(1, o.chunk_bytes);
   Status s = store.save(f.req);
   EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("rank-00000.bin"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("rank-00000.bin"), std::string::npos) << s.to_string();
 }
 
 TEST(Store, RestoreIntoOwnedBuffersAndNonStrict) {
@@ -255,7 +255,7 @@ TEST(Store, CancelLeavesNothing) {
   auto h = store.save_async(req);
   h->cancel();
   Status s = h->wait();
-  EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s.to_string();
   EXPECT_FALSE(std::filesystem::exists(dir / "ckpt/step-00000009"));
   EXPECT_FALSE(std::filesystem::exists(dir / "ckpt/step-00000009.tmp"));
 }
@@ -272,12 +272,12 @@ class Corruption : public ::testing::Test {
     ASSERT_TRUE(store_->save(new_.req).ok());
     newdir_ = dir_ / "ckpt/step-00000200";
   }
-  void ExpectFallback(const std::string& must_mention) {
+  void expect_fallback(const std::string& must_mention) {
     std::vector<std::vector<uint8_t>> got;
     auto targets = TargetsFor(old_, &got);
     RestoreResult r;
     Status s = store_->restore(targets, {}, &r);
-    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_TRUE(s.ok()) << s.to_string();
     EXPECT_EQ(r.step, 100);
     for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], old_.data[i]);
     ASSERT_EQ(r.rejected.size(), 1u);
@@ -289,7 +289,7 @@ class Corruption : public ::testing::Test {
     std::vector<int64_t> steps;
     ASSERT_TRUE(store_->valid_steps(&steps).ok());
   }
-  void FlipByte(const std::string& path, uint64_t offset) {
+  void flip_byte(const std::string& path, uint64_t offset) {
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
     f.seekg(offset);
     char c;
@@ -306,8 +306,8 @@ class Corruption : public ::testing::Test {
 
 TEST_F(Corruption, FlippedDataByteNamesFileAndTensor) {
   // Byte 70000 lies in chunk 1, inside layer3 (offset 66624 .. 66624+3*65536+17).
-  FlipByte(newdir_ + "/rank-00000.bin", 70000);
-  ExpectFallback("rank-00000.bin: chunk 1");
+  flip_byte(newdir_ + "/rank-00000.bin", 70000);
+  expect_fallback("rank-00000.bin: chunk 1");
   VerifyResult v;
   ASSERT_TRUE(Store::Verify(newdir_, &v).ok());
   ASSERT_FALSE(v.ok);
@@ -322,11 +322,11 @@ TEST_F(Corruption, FlippedByteAnywhereIsDetected) {
   for (int i = 0; i < 20; ++i) {
     // Only bytes inside the logical data are covered by checksums (the rest is zero padding).
     uint64_t off = std::uniform_int_distribution<uint64_t>(0, data_bytes - 1)(rng);
-    FlipByte(newdir_ + "/rank-00000.bin", off);
+    flip_byte(newdir_ + "/rank-00000.bin", off);
     VerifyResult v;
     ASSERT_TRUE(Store::Verify(newdir_, &v).ok());
     EXPECT_FALSE(v.ok) << "flip at " << off << " of " << size;
-    FlipByte(newdir_ + "/rank-00000.bin", off);  // undo
+    flip_byte(newdir_ + "/rank-00000.bin", off);  // undo
   }
 }
 
@@ -335,39 +335,39 @@ TEST_F(Corruption, FlippedManifestOrCommitByteAnywhere) {
     const std::string p = newdir_ + "/" + name;
     const uint64_t size = std::filesystem::file_size(p);
     for (uint64_t off = 0; off < size; off += 3) {
-      FlipByte(p, off);
+      flip_byte(p, off);
       std::vector<std::vector<uint8_t>> got;
       auto targets = TargetsFor(old_, &got);
       RestoreResult r;
       Status s = store_->restore(targets, {}, &r);
-      ASSERT_TRUE(s.ok()) << name << " flip at " << off << ": " << s.ToString();
+      ASSERT_TRUE(s.ok()) << name << " flip at " << off << ": " << s.to_string();
       ASSERT_EQ(r.step, 100) << name << " flip at " << off << " went undetected";
       ASSERT_EQ(r.rejected.size(), 1u);
       EXPECT_NE(r.rejected[0].find(name), std::string::npos) << r.rejected[0];
-      FlipByte(p, off);
+      flip_byte(p, off);
     }
   }
 }
 
 TEST_F(Corruption, FlippedManifestByte) {
-  FlipByte(newdir_ + "/rank-00000.manifest", 200);
-  ExpectFallback("rank-00000.manifest");
+  flip_byte(newdir_ + "/rank-00000.manifest", 200);
+  expect_fallback("rank-00000.manifest");
 }
 
 TEST_F(Corruption, TruncatedDataFile) {
   std::filesystem::resize_file(newdir_ + "/rank-00000.bin", 4096 * 3);
-  ExpectFallback("truncated");
+  expect_fallback("truncated");
 }
 
 TEST_F(Corruption, TruncatedManifest) {
   auto p = newdir_ + "/rank-00000.manifest";
   std::filesystem::resize_file(p, std::filesystem::file_size(p) / 2);
-  ExpectFallback("rank-00000.manifest");
+  expect_fallback("rank-00000.manifest");
 }
 
 TEST_F(Corruption, MissingCommit) {
   std::filesystem::remove(newdir_ + "/COMMIT");
-  ExpectFallback("COMMIT missing");
+  expect_fallback("COMMIT missing");
 }
 
 TEST_F(Corruption, UnknownFormatVersion) {
@@ -387,7 +387,7 @@ TEST_F(Corruption, UnknownFormatVersion) {
   Status s = format::DecodeManifest(head + payload, p, UINT64_MAX, &m);
   EXPECT_EQ(s.code(), StatusCode::kVersionMismatch);
   EXPECT_NE(s.message().find("format_version"), std::string::npos);
-  ExpectFallback("format_version");
+  expect_fallback("format_version");
 }
 
 TEST_F(Corruption, WorldSizeMismatchIsAnErrorNotAFallback) {
@@ -420,7 +420,7 @@ TEST(Store, EnospcKeepsPreviousAndCleansUp) {
   fs.space_left = 100000;  // mid-way through the next data file
   Fixture b = MakeRequest(2, o.chunk_bytes);
   Status s = store.save(b.req);
-  ASSERT_EQ(s.code(), StatusCode::kNoSpace) << s.ToString();
+  ASSERT_EQ(s.code(), StatusCode::kNoSpace) << s.to_string();
   EXPECT_NE(s.message().find("step-00000002.tmp/rank-00000.bin"), std::string::npos) << s.message();
   EXPECT_FALSE(std::filesystem::exists(dir / "ckpt/step-00000002"));
   EXPECT_FALSE(std::filesystem::exists(dir / "ckpt/step-00000002.tmp/rank-00000.bin"));
@@ -442,11 +442,11 @@ TEST(Store, EioOnWriteAndSync) {
   fs.fail_nth_write = fs.writes.load() + 3;
   Fixture b = MakeRequest(2, o.chunk_bytes);
   Status s = store.save(b.req);
-  EXPECT_EQ(s.code(), StatusCode::kIoError) << s.ToString();
+  EXPECT_EQ(s.code(), StatusCode::kIoError) << s.to_string();
   fs.fail_nth_write = 0;
   fs.fail_sync = true;
   s = store.save(b.req);
-  EXPECT_EQ(s.code(), StatusCode::kIoError) << s.ToString();
+  EXPECT_EQ(s.code(), StatusCode::kIoError) << s.to_string();
   EXPECT_NE(s.message().find("sync"), std::string::npos);
   fs.fail_sync = false;
   ExpectRestores(store, 1, a);
@@ -493,13 +493,13 @@ TEST(Store, PowerLossAtEveryOperation) {
       fs.fail_after_ops = fs.ops.load() + n;
       (void)store.save(b.req);
     }
-    fs.SimulatePowerLoss();
+    fs.simulate_power_loss();
     Store after(SmallOptions(dir / "ckpt"));  // the real file system, as after a reboot
     RestoreResult r;
     RestoreOptions ro;
     ro.strict = false;
     Status s = after.restore({}, ro, &r);
-    ASSERT_TRUE(s.ok()) << "power loss after op " << n << ": " << s.ToString();
+    ASSERT_TRUE(s.ok()) << "power loss after op " << n << ": " << s.to_string();
     const Fixture& want = r.step == 2 ? b : a;
     (r.step == 2 ? saw_new : saw_old)++;
     for (size_t i = 0; i < want.data.size(); ++i) {
@@ -591,7 +591,7 @@ TEST(Store, CancelWhileWaitingForOtherRanks) {
   EXPECT_EQ(h->wait(Deadline::InSeconds(0.3)).code(), StatusCode::kDeadlineExceeded);
   h->cancel();
   Status s = h->wait(Deadline::InSeconds(10));
-  EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s.to_string();
   EXPECT_FALSE(std::filesystem::exists(dir / "ckpt/step-00000004"));
 }
 
@@ -615,8 +615,8 @@ TEST(Store, TwoRanksOneCommit) {
     });
   }
   for (auto& t : ranks) t.join();
-  ASSERT_TRUE(st[0].ok()) << st[0].ToString();
-  ASSERT_TRUE(st[1].ok()) << st[1].ToString();
+  ASSERT_TRUE(st[0].ok()) << st[0].to_string();
+  ASSERT_TRUE(st[1].ok()) << st[1].to_string();
   for (int r = 0; r < 2; ++r) {
     StoreOptions o = SmallOptions(dir / "ckpt");
     o.rank = r;

@@ -100,7 +100,7 @@ TEST(WriterLock, SecondProcessIsRefusedNamingTheHolder) {
     EXPECT_NE(line.find(".lock.rank-00000"), std::string::npos) << line;
     EXPECT_EQ(Finish(&other, committed), committed ? -SIGKILL : 1);
     // The first writer's save was not disturbed; readers need no lock.
-    ASSERT_TRUE(h->wait().ok()) << h->status().ToString();
+    ASSERT_TRUE(h->wait().ok()) << h->status().to_string();
     Store reader(Options(root));
     RestoreResult r;
     RestoreOptions ro;
@@ -135,8 +135,8 @@ TEST(WriterLock, RanksOfOneJobShareARoot) {
     });
   }
   for (auto& t : ranks) t.join();
-  EXPECT_TRUE(st[0].ok()) << st[0].ToString();
-  EXPECT_TRUE(st[1].ok()) << st[1].ToString();
+  EXPECT_TRUE(st[0].ok()) << st[0].to_string();
+  EXPECT_TRUE(st[1].ok()) << st[1].to_string();
   EXPECT_TRUE(fsys::exists(dir / "ckpt/.lock.rank-00001"));
 }
 
@@ -171,9 +171,9 @@ TEST(MultiRank, WaitOnOtherRanksMeansCommitted) {
   EXPECT_FALSE(h1->done());
   EXPECT_FALSE(fsys::exists(root + "/step-00000007/COMMIT"));
   auto h0 = rank0.save_async(a0.req);
-  ASSERT_TRUE(h1->wait().ok()) << h1->status().ToString();
+  ASSERT_TRUE(h1->wait().ok()) << h1->status().to_string();
   EXPECT_TRUE(fsys::exists(root + "/step-00000007/COMMIT")) << "rank 1 returned OK before COMMIT existed";
-  ASSERT_TRUE(h0->wait().ok()) << h0->status().ToString();
+  ASSERT_TRUE(h0->wait().ok()) << h0->status().to_string();
 
   // Rank 0 gives step 8 up (its disk is full): rank 1 learns it instead of reporting OK.
   Saved b1 = Request(8), b0 = Request(8);
@@ -183,7 +183,7 @@ TEST(MultiRank, WaitOnOtherRanksMeansCommitted) {
   h0 = rank0.save_async(b0.req);
   EXPECT_EQ(h0->wait().code(), StatusCode::kNoSpace);
   Status s1 = h1->wait(Deadline::InSeconds(60));
-  EXPECT_EQ(s1.code(), StatusCode::kAborted) << s1.ToString();
+  EXPECT_EQ(s1.code(), StatusCode::kAborted) << s1.to_string();
   EXPECT_NE(s1.message().find("rank 0"), std::string::npos) << s1.message();
   EXPECT_FALSE(fsys::exists(root + "/step-00000008"));
 
@@ -192,8 +192,8 @@ TEST(MultiRank, WaitOnOtherRanksMeansCommitted) {
   Saved c1 = Request(9), c0 = Request(9);
   h1 = rank1.save_async(c1.req);
   h0 = rank0.save_async(c0.req);
-  EXPECT_TRUE(h0->wait().ok()) << h0->status().ToString();
-  EXPECT_TRUE(h1->wait().ok()) << h1->status().ToString();
+  EXPECT_TRUE(h0->wait().ok()) << h0->status().to_string();
+  EXPECT_TRUE(h1->wait().ok()) << h1->status().to_string();
 }
 
 }  // namespace
@@ -219,7 +219,7 @@ TEST(MultiRank, CancelAfterDurableKeepsTheRanksPartForALateCommit) {
   EXPECT_EQ(h1->wait().code(), StatusCode::kAborted);
   EXPECT_TRUE(fsys::exists(root + "/step-00000007.tmp/rank-00001.manifest"));
   auto h0 = rank0.save_async(a0.req);  // the late commit
-  ASSERT_TRUE(h0->wait().ok()) << h0->status().ToString();
+  ASSERT_TRUE(h0->wait().ok()) << h0->status().to_string();
   std::vector<CheckpointInfo> infos;
   ASSERT_TRUE(rank1.list(&infos).ok());
   ASSERT_EQ(infos.size(), 1u);
@@ -251,7 +251,7 @@ TEST(WriterLock, AForkedChildDoesNotKeepADeadWritersLock) {
   Store next(Options(root));
   Saved b = Request(2);
   Status s = next.save_async(b.req)->wait();
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(s.ok()) << s.to_string();
 }
 
 }  // namespace preempt

@@ -12,8 +12,8 @@ class FaultFile final : public File {
   int native_fd() const override { return fs_->native_fds ? base_->native_fd() : -1; }
 
   Status write_at(const void* data, size_t n, uint64_t offset) override {
-    if (!fs_->Op()) return Status::FromErrno(EIO, "write", path_);
-    fs_->NoteFile(path_, true);
+    if (!fs_->op()) return Status::FromErrno(EIO, "write", path_);
+    fs_->note_file(path_, true);
     const char* p = static_cast<const char*>(data);
     while (n > 0) {
       int64_t nth = ++fs_->writes;
@@ -37,15 +37,15 @@ class FaultFile final : public File {
   }
   Status read_at(void* d, size_t n, uint64_t off, size_t* got) override { return base_->read_at(d, n, off, got); }
   Status datasync() override {
-    if (fs_->fail_sync.load() || !fs_->Op()) return Status::FromErrno(EIO, "fdatasync", path_);
+    if (fs_->fail_sync.load() || !fs_->op()) return Status::FromErrno(EIO, "fdatasync", path_);
     PREEMPT_RETURN_IF_ERROR(base_->datasync());
-    fs_->NoteFile(path_, false);
+    fs_->note_file(path_, false);
     return Status::OK();
   }
   Status sync() override {
-    if (fs_->fail_sync.load() || !fs_->Op()) return Status::FromErrno(EIO, "fsync", path_);
+    if (fs_->fail_sync.load() || !fs_->op()) return Status::FromErrno(EIO, "fsync", path_);
     PREEMPT_RETURN_IF_ERROR(base_->sync());
-    fs_->NoteFile(path_, false);
+    fs_->note_file(path_, false);
     return Status::OK();
   }
   Status truncate(uint64_t s) override { return base_->truncate(s); }
@@ -64,43 +64,43 @@ Status FaultInjectingFileSystem::open(const std::string& path, const OpenOptions
   if (on_open) on_open(path);
   if (opts.direct && refuse_direct.load()) return Status::FromErrno(EINVAL, "open for write", path);
   const bool creates = opts.create && !base_->exists(path);
-  if (opts.write && !Op()) return Status::FromErrno(EIO, "open for write", path);
+  if (opts.write && !op()) return Status::FromErrno(EIO, "open for write", path);
   std::unique_ptr<File> base;
   PREEMPT_RETURN_IF_ERROR(base_->open(path, opts, &base));
-  if (creates) NoteDirOp("create", path, "");
-  if (opts.write && opts.create) NoteFile(path, true);
+  if (creates) note_dir_op("create", path, "");
+  if (opts.write && opts.create) note_file(path, true);
   *out = std::make_unique<FaultFile>(this, std::move(base));
   return Status::OK();
 }
 
-bool FaultInjectingFileSystem::Op() {
+bool FaultInjectingFileSystem::op() {
   int64_t n = ++ops;
   int64_t limit = fail_after_ops.load();
   return limit < 0 || n <= limit;
 }
 
-void FaultInjectingFileSystem::NoteDirOp(const std::string& kind, const std::string& a, const std::string& b) {
+void FaultInjectingFileSystem::note_dir_op(const std::string& kind, const std::string& a, const std::string& b) {
   std::lock_guard<std::mutex> lock(mu_);
   pending_dir_ops_.push_back({kind, a, b});
 }
 
-void FaultInjectingFileSystem::NoteFile(const std::string& path, bool dirty) {
+void FaultInjectingFileSystem::note_file(const std::string& path, bool dirty) {
   std::lock_guard<std::mutex> lock(mu_);
   dirty_files_[path] = dirty;
 }
 
 Status FaultInjectingFileSystem::mkdir(const std::string& p) {
   const bool creates = !base_->exists(p);
-  if (!Op()) return Status::FromErrno(EIO, "mkdir", p);
+  if (!op()) return Status::FromErrno(EIO, "mkdir", p);
   PREEMPT_RETURN_IF_ERROR(base_->mkdir(p));
-  if (creates) NoteDirOp("mkdir", p, "");
+  if (creates) note_dir_op("mkdir", p, "");
   return Status::OK();
 }
 
 Status FaultInjectingFileSystem::rename(const std::string& a, const std::string& b) {
-  if (!Op()) return Status::FromErrno(EIO, "rename " + a + " to", b);
+  if (!op()) return Status::FromErrno(EIO, "rename " + a + " to", b);
   PREEMPT_RETURN_IF_ERROR(base_->rename(a, b));
-  NoteDirOp("rename", a, b);
+  note_dir_op("rename", a, b);
   std::lock_guard<std::mutex> lock(mu_);
   // A renamed file keeps its dirtiness under its new name.
   auto it = dirty_files_.find(a);
@@ -112,17 +112,17 @@ Status FaultInjectingFileSystem::rename(const std::string& a, const std::string&
 }
 
 Status FaultInjectingFileSystem::remove_file(const std::string& p) {
-  if (!Op()) return Status::FromErrno(EIO, "unlink", p);
+  if (!op()) return Status::FromErrno(EIO, "unlink", p);
   return base_->remove_file(p);
 }
 
 Status FaultInjectingFileSystem::remove_tree(const std::string& p) {
-  if (!Op()) return Status::FromErrno(EIO, "remove", p);
+  if (!op()) return Status::FromErrno(EIO, "remove", p);
   return base_->remove_tree(p);
 }
 
 Status FaultInjectingFileSystem::sync_dir(const std::string& p) {
-  if (!Op()) return Status::FromErrno(EIO, "fsync directory", p);
+  if (!op()) return Status::FromErrno(EIO, "fsync directory", p);
   PREEMPT_RETURN_IF_ERROR(base_->sync_dir(p));
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<DirOp> keep;
@@ -134,7 +134,7 @@ Status FaultInjectingFileSystem::sync_dir(const std::string& p) {
   return Status::OK();
 }
 
-void FaultInjectingFileSystem::SimulatePowerLoss() {
+void FaultInjectingFileSystem::simulate_power_loss() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [path, dirty] : dirty_files_) {
     if (dirty && base_->exists(path)) {

@@ -36,13 +36,13 @@ class FaultInjectingFileSystem : public FileSystem {
   bool native_fds = false;
 
   // Power-loss model. Every mutating operation counts one "op"; after `fail_after_ops` ops every
-  // further mutating call fails with EIO (the machine is "off"). SimulatePowerLoss() then undoes
+  // further mutating call fails with EIO (the machine is "off"). simulate_power_loss() then undoes
   // what was never made durable: files written since their last (data)sync lose their content
   // (truncated to 0 — conservative), and creates/renames not followed by a sync_dir of their parent
   // directory are reverted, newest first.
   std::atomic<int64_t> fail_after_ops{-1};
   std::atomic<int64_t> ops{0};
-  void SimulatePowerLoss();
+  void simulate_power_loss();
 
   // Called with the path at the start of every open() (set before use; not synchronised), e.g.
   // to let another writer retire a checkpoint at the moment a reader opens one of its files.
@@ -68,9 +68,9 @@ class FaultInjectingFileSystem : public FileSystem {
  private:
   friend class FaultFile;
   // Counts a mutating op; false once the machine is "off".
-  bool Op();
-  void NoteDirOp(const std::string& kind, const std::string& a, const std::string& b);
-  void NoteFile(const std::string& path, bool dirty);
+  bool op();
+  void note_dir_op(const std::string& kind, const std::string& a, const std::string& b);
+  void note_file(const std::string& path, bool dirty);
   FileSystem* base_;
   std::mutex mu_;
   struct DirOp {

@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
   fclose(losses);
   preempt::Status ws = state.wait_all();
   if (!ws.ok()) {
-    fprintf(stderr, "trainer: save failed: %s\n", ws.ToString().c_str());
+    fprintf(stderr, "trainer: save failed: %s\n", ws.to_string().c_str());
     return 6;
   }
 

@@ -105,7 +105,7 @@ TEST_P(OptimizerRoundTrip, ResumedTrainingIsBitwiseEqual) {
   state.track("optim", *opt);
   auto h = state.checkpoint_async(store, 3).handle;
   ASSERT_TRUE(h);
-  ASSERT_TRUE(h->wait().ok()) << h->status().ToString();
+  ASSERT_TRUE(h->wait().ok()) << h->status().to_string();
   TrainSteps(net, *opt, 2);
   auto want = Snapshot(net, *opt);
 
@@ -188,7 +188,7 @@ TEST(TrainingState, CheckpointInPlaceRoundTrips) {
   EXPECT_EQ(c.snapshot.bytes, a.state_bytes());
   auto h = c.handle;
   ASSERT_TRUE(h);
-  ASSERT_TRUE(h->wait().ok()) << h->status().ToString();
+  ASSERT_TRUE(h->wait().ok()) << h->status().to_string();
   EXPECT_EQ(a.stats().staging_bytes, 0u) << "no staging was allocated";
   std::vector<at::Tensor> want = Snapshot(net, opt);
 
@@ -386,7 +386,7 @@ TEST(TrainingState, StagingIsolatesAndIsReused) {
     hs.push_back(s.checkpoint_async(store, step, pt::WhenBusy::kWait).handle);
     w.fill_(-1.0f);  // training goes on while the save persists
   }
-  for (auto& h : hs) ASSERT_TRUE(h->wait().ok()) << h->status().ToString();
+  for (auto& h : hs) ASSERT_TRUE(h->wait().ok()) << h->status().to_string();
   EXPECT_EQ(s.stats().snapshots, 3);
   EXPECT_LE(s.stats().staging_bytes, (4u << 20) + 2 * 4096u);
   for (int step = 1; step <= 3; ++step) {

@@ -45,17 +45,17 @@ class Executor {
 
   // Launch `job` on node `action.node` (ActionKind::kStart). A job with Job::move_to >= 0 was
   // moved for a high-priority job and restarts on that node.
-  virtual Status Start(const Job& job, const JobAction& action) = 0;
+  virtual Status start(const Job& job, const JobAction& action) = 0;
 
   // Ask `job` to write a checkpoint tagged `request_id` (ActionKind::kRequestCheckpoint), e.g. by
   // WriteCheckpointRequest() on its request file. The job keeps training; its hints acknowledge the
   // request (request_ack) once the commit is durable.
-  virtual Status RequestCheckpoint(const Job& job, int64_t request_id, const JobAction& action) = 0;
+  virtual Status request_checkpoint(const Job& job, int64_t request_id, const JobAction& action) = 0;
 
   // Stop `job` (ActionKind::kEvict): SIGTERM, then SIGKILL after the grace period. action.grace_s
   // < 0: the job's own termination grace period; 0: kill at once; > 0: at most that long.
   // Called once per eviction; the executor reports the exit later (RequeueAfterExit).
-  virtual Status Evict(const Job& job, const JobAction& action) = 0;
+  virtual Status evict(const Job& job, const JobAction& action) = 0;
 };
 
 // The lifecycle transition for one action already carried out at `now`: kStart places the job

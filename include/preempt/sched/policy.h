@@ -65,22 +65,22 @@ struct Job {
 
   // Back to the queue after an eviction: unplaced, the preemption counted (cooldown starts now),
   // and what described the finished run (hints, the job it made room for, any move) forgotten.
-  void RequeueAfterPreemption(double now) {
-    Unplace();
+  void requeue_after_preemption(double now) {
+    unplace();
     last_preempted = now;
     preemptions++;
     move_to = -1;
   }
   // Back to the queue after a move off its node (defragmentation): unplaced and waiting to restart
   // on move_to, which is kept; no cooldown (it is not a preemption), the move counted.
-  void RequeueAfterMove(double now) {
-    Unplace();
+  void requeue_after_move(double now) {
+    unplace();
     last_moved = now;
     moves++;
   }
 
  private:
-  void Unplace() {
+  void unplace() {
     phase = JobPhase::kPending;
     node = -1;
     hints.reset();

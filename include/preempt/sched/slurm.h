@@ -82,9 +82,9 @@ class SlurmBackend {
   explicit SlurmBackend(SlurmBackendOptions options);
   // Reads the cluster and the hints into a ClusterState (jobs it asked to checkpoint or evicted
   // keep their phase); warnings for grace needs above the partition's GraceTime / KillWait.
-  Status Observe(ClusterState* out, std::vector<SlurmEvent>* events);
+  Status observe(ClusterState* out, std::vector<SlurmEvent>* events);
   // Observe + Decide; with `execute`, carries the decisions out. Events describe both.
-  Status Tick(bool execute, Decisions* decisions, ClusterState* state, std::vector<SlurmEvent>* events);
+  Status tick(bool execute, Decisions* decisions, ClusterState* state, std::vector<SlurmEvent>* events);
 
  private:
   struct Tracked {
@@ -98,9 +98,9 @@ class SlurmBackend {
     int restarts_at_evict = -1;
     bool grace_warned = false;
   };
-  PriorityClass ClassOf(const std::string& partition) const;
-  void WarnGrace(const SlurmJob& sj, const Job& j, std::vector<SlurmEvent>* events);
-  Status Execute(const JobAction& a, const ClusterState& st, std::vector<SlurmEvent>* events);
+  PriorityClass class_of(const std::string& partition) const;
+  void warn_grace(const SlurmJob& sj, const Job& j, std::vector<SlurmEvent>* events);
+  Status carry_out(const JobAction& a, const ClusterState& st, std::vector<SlurmEvent>* events);
 
   SlurmBackendOptions opt_;
   std::vector<SlurmPartition> partitions_;
