@@ -141,11 +141,12 @@ def merge(args):
             return r[key]
         return None
 
-    def target(name, value, op_text, threshold, ref):
+    def target(name, value, op_text, threshold, ref, at_most=False):
         if value is None:
             targets.append({"name": name, "value": None, "target": op_text, "pass": None, "ref": ref})
         else:
-            targets.append({"name": name, "value": round(value, 4), "target": op_text, "pass": value >= threshold, "ref": ref})
+            ok = value <= threshold if at_most else value >= threshold
+            targets.append({"name": name, "value": round(value, 4), "target": op_text, "pass": ok, "ref": ref})
 
     for L in labels:
         s, rs = f"store.save_gbps_{L}", f"store.restore_gbps_{L}"
@@ -159,6 +160,10 @@ def merge(args):
         v = ratio(f"ratio.restore_vs_torch_{L}", rs, f"torchpy.load_gbps_{L}")
         target(f"restore {L} / torch.load (floor)", v, ">= 2", 2.0, f"torchpy.load_gbps_{L}")
         target(f"restore {L} / torch.load (DESIGN)", v, ">= 5", 5.0, f"torchpy.load_gbps_{L}")
+        target(f"frozen 90% {L}: fraction of bytes written", r.get(f"store.frozen_written_frac_{L}"), "<= 0.15", 0.15,
+               f"store.frozen_trained_frac_{L}", at_most=True)
+        target(f"frozen 90% {L}: full save / deduplicated save", r.get(f"store.frozen_speedup_{L}"), ">= 5", 5.0,
+               f"store.frozen_full_s_{L}")
 
     subs = []
     for path in sorted(glob.glob(os.path.join(tmp, "sub-bench_*.json"))):
@@ -219,6 +224,10 @@ def show(r, out_path=None):
               f" + sync {fmt(r.get('store.save_sync_s_' + L))} s + commit {fmt(r.get('store.save_commit_s_' + L))} s"
               f", cpu {fmt(r.get('store.save_cpu_s_' + L))} s ({r.get('store.save_backend_' + L)});"
               f" restore cpu {fmt(r.get('store.restore_cpu_s_' + L))} s; first save's engine setup {fmt(r.get('store.setup_s_' + L))} s")
+        if r.get("store.frozen_save_s_" + L) is not None:
+            print(f"  store {L} frozen 90 %: full save {fmt(r.get('store.frozen_full_s_' + L))} s, unchanged chunks referenced"
+                  f" {fmt(r.get('store.frozen_save_s_' + L))} s ({fmt(100 * r.get('store.frozen_written_frac_' + L), 1)} % written),"
+                  f" first after the full one {fmt(r.get('store.frozen_first_s_' + L))} s")
     print()
     tl = r.get("targets", [])
     nw = min(80, max([44] + [len(str(t.get("name"))) + 1 for t in tl]))

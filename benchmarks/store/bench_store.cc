@@ -14,6 +14,12 @@
 // Bandwidths are payload bytes / seconds in GB/s (1 GB = 1e9 bytes), like fio's bw_bytes.
 // The restored bytes are compared with the sources (outside the timed region).
 //
+//   frozen   : unchanged chunks not rewritten: the same mix where only the small tensors at its end
+//              (~10 % of the bytes, as with a frozen model and trained heads/adapters) change
+//              between saves; a full save (nothing to reference), the first save after it, then
+//              the steady state (median of the next --reps + 2 saves): persist time, written
+//              fraction of the bytes, and the full save's time over the steady one's
+//
 // --mix-out writes the tensor sizes of each checkpoint as JSON ({"1gib": [nbytes, ...], ...}) so
 // benchmarks/torch_baseline.py saves exactly the same mix; --mix-only stops there.
 #include <fcntl.h>
@@ -305,6 +311,96 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+std::string ItemName(size_t i) {
+  char b[48];
+  std::snprintf(b, sizeof b, "model:layer%04zu.weight", i);
+  return b;
+}
+
+preempt::SaveRequest MixRequest(int64_t step, const std::vector<uint64_t>& mix, std::vector<HostBuffer>& src) {
+  preempt::SaveRequest req;
+  req.step = step;
+  for (size_t i = 0; i < mix.size(); ++i) {
+    preempt::SaveItem it;
+    it.name = ItemName(i);
+    it.dtype = preempt::DType::kFloat32;
+    it.shape = {static_cast<int64_t>(mix[i] / 4)};
+    it.data = src[i].data();
+    it.nbytes = mix[i];
+    req.items.push_back(std::move(it));
+  }
+  return req;
+}
+
+struct FrozenFigures {
+  double trained_frac = 0;      // bytes that change between saves / all bytes
+  double full_s = 0;            // a save with nothing to reference
+  double first_s = 0;           // the save right after it (unchanged chunks found by copy + hash)
+  double steady_s = 0;          // later saves (chunks unchanged last time hashed in place first)
+  double first_written_frac = 0;
+  double steady_written_frac = 0;
+  preempt::SaveStats steady_stats;  // of the last steady save
+};
+
+// Unchanged chunks not rewritten (see the header). The sources are modified (trained tensors).
+FrozenFigures RunFrozen(const Options& opt, const std::string& label, uint64_t total, const std::vector<uint64_t>& mix,
+                        std::vector<HostBuffer>& src) {
+  FrozenFigures f;
+  std::error_code ec;
+  const std::string root = opt.dir + "/frozen-" + label;
+  std::filesystem::remove_all(root, ec);
+  preempt::StoreOptions so;
+  so.root = root;
+  so.chunk_bytes = opt.chunk_bytes;
+  so.queue_depth = opt.depth;
+  so.io_backend = opt.backend;
+  so.keep_last = 1000;  // no retention work inside the timed saves
+  preempt::Store store(so);
+  {  // engine setup outside the timed saves; the step is removed so the full save references nothing
+    preempt::AlignedBuffer tiny(4096, true);
+    preempt::SaveRequest warm;
+    warm.step = 1;
+    warm.items.push_back({"warmup", preempt::DType::kBytes, {}, tiny.data(), 4096});
+    Check(store.save(std::move(warm)), "warm-up save");
+    std::filesystem::remove_all(root + "/" + preempt::StepDirName(1), ec);
+  }
+  // The trained part: the small tensors at the end of the mix, up to 10 % of the bytes.
+  size_t first_trained = mix.size();
+  uint64_t trained = 0;
+  while (first_trained > 0 && trained + mix[first_trained - 1] <= total / 10) trained += mix[--first_trained];
+  f.trained_frac = static_cast<double>(trained) / total;
+  preempt::SaveStats last;
+  auto save = [&](int64_t step, double* written_frac) {
+    for (size_t i = first_trained; i < mix.size(); ++i) Fill(src[i].data(), mix[i], 1000 * step + i);
+    ::sync();
+    auto h = store.save_async(MixRequest(step, mix, src));
+    Check(h->wait(), "frozen save");
+    const preempt::SaveStats st = h->stats();
+    last = st;
+    if (written_frac) *written_frac = static_cast<double>(st.written_bytes) / st.bytes;
+    return st.total_s;
+  };
+  double full_frac = 0;
+  f.full_s = save(100, &full_frac);
+  if (full_frac < 0.999) Die("the full save referenced data");
+  f.first_s = save(101, &f.first_written_frac);
+  std::vector<double> steady_s, steady_frac;
+  for (int rep = 0; rep < opt.reps + 2; ++rep) {
+    double frac = 0;
+    steady_s.push_back(save(102 + rep, &frac));
+    steady_frac.push_back(frac);
+  }
+  f.steady_s = Median(steady_s);
+  f.steady_stats = last;
+  f.steady_written_frac = Median(steady_frac);
+  // The last checkpoint reads back, references included, with every checksum checked.
+  preempt::VerifyResult v;
+  Check(preempt::Store::Verify(root + "/" + preempt::StepDirName(102 + opt.reps + 1), &v), "verify");
+  if (!v.ok) Die("frozen checkpoint does not verify: " + v.problems[0]);
+  std::filesystem::remove_all(root, ec);
+  return f;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -357,11 +453,7 @@ int main(int argc, char** argv) {
       dst.emplace_back(mix[i]);
       Fill(src.back().data(), mix[i], i + 1);
     }
-    auto name_of = [](size_t i) {
-      char b[48];
-      std::snprintf(b, sizeof b, "model:layer%04zu.weight", i);
-      return std::string(b);
-    };
+    auto name_of = [](size_t i) { return ItemName(i); };
 
     // Reference: a plain copy of the same bytes into pre-allocated memory.
     std::vector<double> copy_s;
@@ -401,17 +493,7 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < opt.reps; ++rep) {
       if (rep > 0) std::filesystem::remove_all(root + "/" + preempt::StepDirName(100 + rep - 1), ec);
       ::sync();
-      preempt::SaveRequest req;
-      req.step = 100 + rep;
-      for (size_t i = 0; i < mix.size(); ++i) {
-        preempt::SaveItem it;
-        it.name = name_of(i);
-        it.dtype = preempt::DType::kFloat32;
-        it.shape = {static_cast<int64_t>(mix[i] / 4)};
-        it.data = src[i].data();
-        it.nbytes = mix[i];
-        req.items.push_back(std::move(it));
-      }
+      preempt::SaveRequest req = MixRequest(100 + rep, mix, src);
       const double cpu0 = CpuSeconds();
       auto t0 = Clock::now();
       auto h = store.save_async(std::move(req));
@@ -480,6 +562,21 @@ int main(int argc, char** argv) {
                 label.c_str(), mix.size(), bytes / memcpy_s / 1e9, bytes / sv / 1e9, bytes / rs / 1e9, Median(save_write_s),
                 Median(save_sync_s), Median(save_commit_s), Median(save_cpu_s), backend.c_str(), Median(restore_cpu_s),
                 restore_backend.c_str(), cache_state.c_str());
+    std::fflush(stdout);
+
+    const FrozenFigures fz = RunFrozen(opt, label, total, mix, src);
+    out.num("frozen_trained_frac_" + label, fz.trained_frac);
+    out.num("frozen_full_s_" + label, fz.full_s);
+    out.num("frozen_first_s_" + label, fz.first_s);
+    out.num("frozen_save_s_" + label, fz.steady_s);
+    out.num("frozen_first_written_frac_" + label, fz.first_written_frac);
+    out.num("frozen_written_frac_" + label, fz.steady_written_frac);
+    out.num("frozen_speedup_" + label, fz.full_s / fz.steady_s);
+    std::printf("%-8s frozen %.0f %%: full save %.3f s; unchanged chunks referenced: %.3f s (%.1f %% written, %.1fx faster), "
+                "first after the full one %.3f s (%.1f %% written); steady: write %.3f s, sync %.3f s, commit %.3f s\n",
+                label.c_str(), 100 * (1 - fz.trained_frac), fz.full_s, fz.steady_s, 100 * fz.steady_written_frac,
+                fz.full_s / fz.steady_s, fz.first_s, 100 * fz.first_written_frac, fz.steady_stats.write_s,
+                fz.steady_stats.sync_s, fz.steady_stats.commit_s);
     std::fflush(stdout);
   }
   out.str("sizes", sizes_list);

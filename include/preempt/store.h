@@ -11,6 +11,15 @@
 // A checkpoint is retired (retention, rewind) by renaming it out of the committed namespace
 // (step-N.retired.tmp) before it is deleted, so readers never see a half-deleted one.
 //
+// Unchanged chunks (StoreOptions::dedup, on by default): a chunk whose length and XXH3 equal
+// those of the same chunk in the newest valid committed checkpoint below the step being saved is
+// not written again; the manifest references the data file that holds it (always the step that
+// wrote the bytes, never another reference). Restore and Verify read referenced chunks from there
+// and check them against the new manifest's checksums. Rank 0 checks every reference before COMMIT;
+// retention keeps a step, whole, while a kept checkpoint references its data, and retires steps
+// newest first, so no committed checkpoint ever references deleted data, whatever the instant of
+// a crash. Two chunks are taken as equal when their 64-bit XXH3 checksums are (as restore does).
+//
 // Writers: the first save of a Store takes an exclusive lock on <root>/.lock.rank-<rank>, held
 // until the Store is destroyed or the process dies. The ranks of one job each hold their own; a
 // second process saving as the same rank on the same root fails fast naming the holder. Only a
@@ -53,6 +62,8 @@ struct StoreOptions {
   IoBackend io_backend = IoBackend::kAuto;
   DirectIo direct_io = DirectIo::kAuto;
   FileSystem* fs = nullptr;        // nullptr: FileSystem::Default()
+  // Unchanged chunks are referenced, not rewritten (see above). Off: every chunk is written.
+  bool dedup = true;
   // Multi-rank commit: rank 0 polls the step directory until every rank's manifest is there (the
   // root is shared by all ranks), for at most this long.
   double commit_timeout_s = 600;
@@ -70,6 +81,8 @@ struct SaveRequest {
 
 struct SaveStats {
   uint64_t bytes = 0;            // payload bytes
+  uint64_t written_bytes = 0;    // payload bytes of the chunks written to this step's data file
+  uint64_t referenced_bytes = 0; // payload bytes of unchanged chunks referenced in an older step
   double queued_s = 0;           // time waiting behind an earlier save
   double write_s = 0;            // data written (copy to staging + checksums + I/O)
   double sync_s = 0;             // fdatasync of data + manifest
@@ -109,10 +122,12 @@ struct CheckpointInfo {
   std::string path;
   int world_size = 0;
   uint64_t bytes = 0;      // data bytes: this rank's (Store::list), every rank's (ListCheckpoints)
+  uint64_t written_bytes = 0;  // size of this step's own data files (the chunks it wrote, 4 KiB-padded)
   bool committed = true;   // false: a step-N.tmp directory (being written, or left by a crash)
   // The check restore makes before reading data: COMMIT and manifests are regular files that
   // parse, their steps match the directory name, manifest checksums match COMMIT, data files
-  // have the recorded size (data checksums are not read; Verify reads them).
+  // have the recorded size, referenced chunks lie in committed older steps' data files (data
+  // checksums are not read; Verify reads them).
   bool valid = false;
   std::string problem;     // why not valid
 };
@@ -128,6 +143,10 @@ struct CheckpointManifest {
   uint64_t chunk_bytes = 0;
   uint64_t data_bytes = 0;
   uint64_t chunks = 0;
+  uint64_t file_bytes = 0;                // size of this step's own data file
+  uint64_t referenced_chunks = 0;         // chunks read from older steps' data files
+  uint64_t referenced_bytes = 0;          // their bytes
+  std::vector<int64_t> referenced_steps;  // the steps holding them, ascending
   std::vector<TensorInfo> tensors;  // sorted by offset
   std::map<std::string, std::string> metadata;
 };

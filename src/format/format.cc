@@ -135,7 +135,9 @@ std::string Envelope(const std::string& kind, const std::string& payload) {
   return head + payload;
 }
 
-Status OpenEnvelope(const std::string& kind, const std::string& text, const std::string& file, std::string* payload) {
+// Checks the envelope; *version is the one it declares (a version this build reads).
+Status OpenEnvelope(const std::string& kind, const std::string& text, const std::string& file, std::string* payload,
+                    uint32_t* version_out) {
   auto nl = text.find('\n');
   if (nl == std::string::npos || nl > 128) {
     return Status(StatusCode::kCorruption, file + ": header line missing or too long (truncated or not a preempt " + kind + ")");
@@ -149,10 +151,12 @@ Status OpenEnvelope(const std::string& kind, const std::string& text, const std:
   if (n != 4 || std::string(magic) != "preempt-" + kind) {
     return Status(StatusCode::kCorruption, file + ": header '" + head.substr(0, 60) + "' is not a preempt " + kind + " header");
   }
-  if (version != kFormatVersion) {
+  if (version < kMinFormatVersion || version > kFormatVersion) {
     return Status(StatusCode::kVersionMismatch, file + ": field format_version is " + std::to_string(version) +
-                                                   "; this build reads version " + std::to_string(kFormatVersion));
+                                                   "; this build reads versions " + std::to_string(kMinFormatVersion) +
+                                                   " to " + std::to_string(kFormatVersion));
   }
+  *version_out = version;
   uint64_t have = text.size() - nl - 1;
   if (len != have) {
     return Status(StatusCode::kCorruption, file + ": payload is " + std::to_string(have) + " bytes, header says " +
@@ -185,7 +189,12 @@ Status OpenEnvelope(const std::string& kind, const std::string& text, const std:
       continue;
     }
     if (c == '"') in_string = true;
-    else if (c == '[' || c == '{') {
+    else if ((c == 'e' || c == 'E') && i > 0 && (isdigit(static_cast<unsigned char>(body[i - 1])) || body[i - 1] == '.')) {
+      // Every number preempt writes is an integer; rapidjson's exact parser mishandles some
+      // exponents (a zero significand with an exponent shifts by a garbage count).
+      return Status(StatusCode::kCorruption, file + ": a number has an exponent (byte " + std::to_string(i) +
+                                                 " of the payload); checkpoint files hold integers only");
+    } else if (c == '[' || c == '{') {
       if (++depth > kMaxJsonDepth) return Status(StatusCode::kCorruption, file + ": JSON nested deeper than 32 levels");
     } else if (c == ']' || c == '}') --depth;
   }
@@ -237,39 +246,106 @@ Status LayoutItems(const std::vector<SaveItem>& items, std::vector<TensorInfo>* 
   return Status::OK();
 }
 
+uint64_t ChunkLength(const Manifest& m, uint64_t c) {
+  return std::min<uint64_t>(m.chunk_bytes, m.data_bytes - c * m.chunk_bytes);
+}
+
+std::vector<int64_t> ReferencedSteps(const Manifest& m) {
+  std::set<int64_t> steps;
+  for (int64_t s : m.chunk_step)
+    if (s != m.step) steps.insert(s);
+  return std::vector<int64_t>(steps.begin(), steps.end());
+}
+
 std::string EncodeManifest(const Manifest& m) {
   std::ostringstream os;
   {
     cereal::JSONOutputArchive ar(os, cereal::JSONOutputArchive::Options::NoIndent());
-    ar(cereal::make_nvp("schema", std::string("preempt.manifest/1")), cereal::make_nvp("format_version", m.format_version),
+    ar(cereal::make_nvp("schema", std::string("preempt.manifest/1")), cereal::make_nvp("format_version", kFormatVersion),
        cereal::make_nvp("step", m.step), cereal::make_nvp("rank", m.rank), cereal::make_nvp("world_size", m.world_size),
        cereal::make_nvp("created_unix_ms", m.created_unix_ms), cereal::make_nvp("data_file", m.data_file),
        cereal::make_nvp("chunk_bytes", m.chunk_bytes), cereal::make_nvp("data_bytes", m.data_bytes),
        cereal::make_nvp("file_bytes", m.file_bytes), cereal::make_nvp("tensors", m.tensors),
-       cereal::make_nvp("chunk_xxh3", m.chunk_xxh3), cereal::make_nvp("metadata", m.metadata));
+       cereal::make_nvp("chunk_xxh3", m.chunk_xxh3), cereal::make_nvp("chunk_step", m.chunk_step),
+       cereal::make_nvp("chunk_offset", m.chunk_offset), cereal::make_nvp("metadata", m.metadata));
   }
   return Envelope("manifest", os.str());
 }
 
+namespace {
+
+// Version 2 chunk locations: own chunks tile [0, file_bytes) exactly, each padded to 4 KiB (in
+// any order); references name an older step at a 4 KiB-aligned offset whose end does not
+// overflow. Whether the referenced file holds it is checked against the file system
+// (store_internal::CheckReferences).
+Status CheckChunkLocations(const Manifest& m, const std::string& file) {
+  const uint64_t chunks = m.chunk_xxh3.size();
+  auto bad = [&](const std::string& field, uint64_t c, const std::string& why) {
+    return Status(StatusCode::kCorruption, file + ": field " + field + "[" + std::to_string(c) + "] " + why);
+  };
+  if (m.chunk_step.size() != chunks || m.chunk_offset.size() != chunks) {
+    return Status(StatusCode::kCorruption, file + ": field chunk_step/chunk_offset has " + std::to_string(m.chunk_step.size()) +
+                                               "/" + std::to_string(m.chunk_offset.size()) + " entries, expected " +
+                                               std::to_string(chunks));
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> own;  // (offset, chunk)
+  for (uint64_t c = 0; c < chunks; ++c) {
+    const uint64_t padded = AlignUp(ChunkLength(m, c), kMinChunkBytes);
+    const int64_t s = m.chunk_step[c];
+    const uint64_t off = m.chunk_offset[c];
+    if (s == m.step) {
+      own.emplace_back(off, c);
+      continue;
+    }
+    if (s < 0 || s > m.step) {
+      return bad("chunk_step", c, "is " + std::to_string(s) + "; a reference names an older step (0.." + std::to_string(m.step - 1) + ")");
+    }
+    if (off % kMinChunkBytes || off > std::numeric_limits<uint64_t>::max() - padded) {
+      return bad("chunk_offset", c, "is " + std::to_string(off) + " (not 4 KiB-aligned or out of range)");
+    }
+  }
+  std::sort(own.begin(), own.end());
+  uint64_t own_end = 0;
+  for (const auto& [off, c] : own) {
+    if (off != own_end) {
+      return bad("chunk_offset", c, "is " + std::to_string(off) + "; this step's chunks tile its data file, expected " +
+                                        std::to_string(own_end));
+    }
+    own_end += AlignUp(ChunkLength(m, c), kMinChunkBytes);
+  }
+  if (m.file_bytes != own_end) {
+    return Status(StatusCode::kCorruption, file + ": field file_bytes is " + std::to_string(m.file_bytes) +
+                                               "; this step's chunks need " + std::to_string(own_end));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status DecodeManifest(const std::string& text, const std::string& file, uint64_t data_file_size, Manifest* m) {
   std::string payload;
-  PREEMPT_RETURN_IF_ERROR(OpenEnvelope("manifest", text, file, &payload));
+  uint32_t version = 0;
+  PREEMPT_RETURN_IF_ERROR(OpenEnvelope("manifest", text, file, &payload, &version));
   std::string schema;
+  m->chunk_step.clear();
+  m->chunk_offset.clear();
   PREEMPT_RETURN_IF_ERROR(ParseJson(payload, file, [&](cereal::JSONInputArchive& ar) {
     ar(cereal::make_nvp("schema", schema), cereal::make_nvp("format_version", m->format_version),
        cereal::make_nvp("step", m->step), cereal::make_nvp("rank", m->rank), cereal::make_nvp("world_size", m->world_size),
        cereal::make_nvp("created_unix_ms", m->created_unix_ms), cereal::make_nvp("data_file", m->data_file),
        cereal::make_nvp("chunk_bytes", m->chunk_bytes), cereal::make_nvp("data_bytes", m->data_bytes),
        cereal::make_nvp("file_bytes", m->file_bytes), cereal::make_nvp("tensors", m->tensors),
-       cereal::make_nvp("chunk_xxh3", m->chunk_xxh3), cereal::make_nvp("metadata", m->metadata));
+       cereal::make_nvp("chunk_xxh3", m->chunk_xxh3));
+    if (version >= 2) ar(cereal::make_nvp("chunk_step", m->chunk_step), cereal::make_nvp("chunk_offset", m->chunk_offset));
+    ar(cereal::make_nvp("metadata", m->metadata));
   }));
   auto bad = [&](const std::string& field, const std::string& why) {
     return Status(StatusCode::kCorruption, file + ": field " + field + " " + why);
   };
   if (schema != "preempt.manifest/1") return bad("schema", "is '" + schema.substr(0, 40) + "'");
-  if (m->format_version != kFormatVersion) {
+  if (m->format_version != version) {
     return Status(StatusCode::kVersionMismatch, file + ": field format_version is " + std::to_string(m->format_version) +
-                                                   "; this build reads version " + std::to_string(kFormatVersion));
+                                                   " in a version " + std::to_string(version) + " envelope");
   }
   if (m->step < 0) return bad("step", "is negative");
   if (m->world_size < 1 || m->world_size > kMaxWorldSize) return bad("world_size", "is out of range");
@@ -278,13 +354,22 @@ Status DecodeManifest(const std::string& text, const std::string& file, uint64_t
   if (m->chunk_bytes < kMinChunkBytes || m->chunk_bytes > kMaxChunkBytes || m->chunk_bytes % kMinChunkBytes) {
     return bad("chunk_bytes", "is " + std::to_string(m->chunk_bytes));
   }
-  if (m->data_bytes > std::numeric_limits<uint64_t>::max() - kMinChunkBytes ||
-      m->file_bytes != AlignUp(m->data_bytes, kMinChunkBytes)) {
-    return bad("file_bytes", "is " + std::to_string(m->file_bytes) + " for data_bytes " + std::to_string(m->data_bytes));
+  if (m->data_bytes > std::numeric_limits<uint64_t>::max() - kMaxChunkBytes) {
+    return bad("data_bytes", "is " + std::to_string(m->data_bytes));
   }
   uint64_t chunks = (m->data_bytes + m->chunk_bytes - 1) / m->chunk_bytes;
   if (m->chunk_xxh3.size() != chunks) {
     return bad("chunk_xxh3", "has " + std::to_string(m->chunk_xxh3.size()) + " entries, expected " + std::to_string(chunks));
+  }
+  if (version == 1) {
+    if (m->file_bytes != AlignUp(m->data_bytes, kMinChunkBytes)) {
+      return bad("file_bytes", "is " + std::to_string(m->file_bytes) + " for data_bytes " + std::to_string(m->data_bytes));
+    }
+    m->chunk_step.assign(chunks, m->step);
+    m->chunk_offset.resize(chunks);
+    for (uint64_t c = 0; c < chunks; ++c) m->chunk_offset[c] = c * m->chunk_bytes;
+  } else {
+    PREEMPT_RETURN_IF_ERROR(CheckChunkLocations(*m, file));
   }
   if (data_file_size != std::numeric_limits<uint64_t>::max() && data_file_size != m->file_bytes) {
     return Status(StatusCode::kCorruption, file + ": data file " + m->data_file + " is " + std::to_string(data_file_size) +
@@ -311,30 +396,42 @@ std::string EncodeCommit(const CommitRecord& c) {
   std::ostringstream os;
   {
     cereal::JSONOutputArchive ar(os, cereal::JSONOutputArchive::Options::NoIndent());
-    ar(cereal::make_nvp("schema", std::string("preempt.commit/1")), cereal::make_nvp("format_version", c.format_version),
+    ar(cereal::make_nvp("schema", std::string("preempt.commit/1")), cereal::make_nvp("format_version", kFormatVersion),
        cereal::make_nvp("step", c.step), cereal::make_nvp("world_size", c.world_size),
-       cereal::make_nvp("created_unix_ms", c.created_unix_ms), cereal::make_nvp("manifest_xxh3", c.manifest_xxh3));
+       cereal::make_nvp("created_unix_ms", c.created_unix_ms), cereal::make_nvp("manifest_xxh3", c.manifest_xxh3),
+       cereal::make_nvp("referenced_steps", c.referenced_steps));
   }
   return Envelope("commit", os.str());
 }
 
 Status DecodeCommit(const std::string& text, const std::string& file, CommitRecord* c) {
   std::string payload;
-  PREEMPT_RETURN_IF_ERROR(OpenEnvelope("commit", text, file, &payload));
+  uint32_t version = 0;
+  PREEMPT_RETURN_IF_ERROR(OpenEnvelope("commit", text, file, &payload, &version));
   std::string schema;
+  c->referenced_steps.clear();
   PREEMPT_RETURN_IF_ERROR(ParseJson(payload, file, [&](cereal::JSONInputArchive& ar) {
     ar(cereal::make_nvp("schema", schema), cereal::make_nvp("format_version", c->format_version),
        cereal::make_nvp("step", c->step), cereal::make_nvp("world_size", c->world_size),
        cereal::make_nvp("created_unix_ms", c->created_unix_ms), cereal::make_nvp("manifest_xxh3", c->manifest_xxh3));
+    if (version >= 2) ar(cereal::make_nvp("referenced_steps", c->referenced_steps));
   }));
   if (schema != "preempt.commit/1") return Status(StatusCode::kCorruption, file + ": field schema is '" + schema.substr(0, 40) + "'");
-  if (c->format_version != kFormatVersion) {
-    return Status(StatusCode::kVersionMismatch, file + ": field format_version is " + std::to_string(c->format_version));
+  if (c->format_version != version) {
+    return Status(StatusCode::kVersionMismatch, file + ": field format_version is " + std::to_string(c->format_version) +
+                                                   " in a version " + std::to_string(version) + " envelope");
   }
   if (c->world_size < 1 || c->world_size > kMaxWorldSize) return Status(StatusCode::kCorruption, file + ": field world_size is out of range");
   if (c->manifest_xxh3.size() != static_cast<size_t>(c->world_size)) {
     return Status(StatusCode::kCorruption, file + ": field manifest_xxh3 has " + std::to_string(c->manifest_xxh3.size()) +
                                                " entries for world_size " + std::to_string(c->world_size));
+  }
+  for (size_t i = 0; i < c->referenced_steps.size(); ++i) {
+    const int64_t s = c->referenced_steps[i];
+    if (s < 0 || s >= c->step || (i > 0 && s <= c->referenced_steps[i - 1])) {
+      return Status(StatusCode::kCorruption, file + ": field referenced_steps[" + std::to_string(i) + "] is " +
+                                                 std::to_string(s) + " (older steps, ascending, expected)");
+    }
   }
   return Status::OK();
 }

@@ -5,6 +5,12 @@
 // (cereal), so a flipped byte or a truncation is detected before anything is parsed, and
 // parsed values are validated against the data file before any of them is used.
 //
+// A manifest of format version 2 says, per chunk, where its bytes live: in this step's own data
+// file, or in the same rank's data file of an older committed step (a reference, written when
+// the chunk was unchanged since that step). References always name the step that wrote the
+// bytes, never another reference, so reading a chunk takes one hop. Version 1 manifests (no
+// locations: every chunk in the own file at chunk index x chunk_bytes) are still read.
+//
 // Thread-safety: pure functions.
 #pragma once
 
@@ -18,7 +24,8 @@
 
 namespace preempt::format {
 
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;     // written by this build
+inline constexpr uint32_t kMinFormatVersion = 1;  // oldest version this build reads
 inline constexpr uint64_t kMaxManifestBytes = 64ull << 20;
 inline constexpr uint64_t kMaxCommitBytes = 1ull << 20;
 inline constexpr uint64_t kTensorAlignment = 64;   // tensors start on cache-line offsets
@@ -37,8 +44,14 @@ struct Manifest {
   std::string data_file;              // "rank-00000.bin"
   uint64_t chunk_bytes = 0;
   uint64_t data_bytes = 0;            // logical bytes covered by chunks
-  uint64_t file_bytes = 0;            // data_bytes rounded up to 4 KiB (size of the data file)
+  // Size of this step's data file: its own chunks in chunk order, each padded to 4 KiB (version 1
+  // and checkpoints without references: data_bytes rounded up to 4 KiB).
+  uint64_t file_bytes = 0;
   std::vector<uint64_t> chunk_xxh3;   // one per chunk of chunk_bytes (the last may be shorter)
+  // Where chunk c lives: the data file of step chunk_step[c] (this rank's), at byte chunk_offset[c].
+  // chunk_step[c] == step: this step's own data file. Always filled once decoded.
+  std::vector<int64_t> chunk_step;
+  std::vector<uint64_t> chunk_offset;
   std::vector<TensorInfo> tensors;    // sorted by offset
   std::map<std::string, std::string> metadata;
 };
@@ -49,7 +62,17 @@ struct CommitRecord {
   int world_size = 1;
   int64_t created_unix_ms = 0;
   std::vector<uint64_t> manifest_xxh3;  // indexed by rank
+  // Every older step whose data some rank's manifest references, ascending (version 1: none).
+  // Retention keeps these steps while this checkpoint is kept.
+  std::vector<int64_t> referenced_steps;
 };
+
+// Bytes of chunk `c` (the last chunk may be shorter than chunk_bytes). c < chunk count.
+uint64_t ChunkLength(const Manifest& m, uint64_t c);
+// True when chunk `c` lives in this step's own data file.
+inline bool IsOwnChunk(const Manifest& m, uint64_t c) { return m.chunk_step[c] == m.step; }
+// The distinct older steps the manifest references, ascending.
+std::vector<int64_t> ReferencedSteps(const Manifest& m);
 
 std::string RankDataName(int rank);      // "rank-00000.bin"
 std::string RankManifestName(int rank);  // "rank-00000.manifest"

@@ -2,6 +2,7 @@
 // targets, read every chunk and check its checksum while scattering the bytes.
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "preempt/log.h"
 #include "store/checkpoint_check.h"
@@ -93,14 +94,14 @@ Status MatchTargets(const std::string& dir, const Manifest& m, const std::vector
   return Status::OK();
 }
 
-// Verifies one chunk read into `slot` and scatters its bytes to the destinations.
+// Verifies one chunk read into `slot` from the file `dp` and scatters its bytes to the destinations.
 Status ScatterChunk(const Manifest& m, const std::string& dp, const std::vector<Destination>& dest,
                     XXH3_state_t* hash, io::Slot* slot, size_t got) {
   const uint64_t c = slot->tag;
   const uint64_t begin = c * m.chunk_bytes;
   const uint64_t len = std::min<uint64_t>(m.chunk_bytes, m.data_bytes - begin);
   if (got < len) {
-    return Status(StatusCode::kCorruption, dp + ": chunk " + std::to_string(c) + " truncated (tensors " +
+    return Status(StatusCode::kCorruption, dp + ": " + store_internal::ChunkLabel(m, c) + " truncated (tensors " +
                                                format::TensorsInRange(m, begin, begin + len) + ")");
   }
   // Verify and scatter piece by piece while each piece is in cache. A mismatch is only known at
@@ -121,7 +122,7 @@ Status ScatterChunk(const Manifest& m, const std::string& dp, const std::vector<
     }
   }
   if (XXH3_64bits_digest(hash) != m.chunk_xxh3[c]) {
-    return Status(StatusCode::kCorruption, dp + ": chunk " + std::to_string(c) + " (bytes " + std::to_string(begin) + ".." +
+    return Status(StatusCode::kCorruption, dp + ": " + store_internal::ChunkLabel(m, c) + " (bytes " + std::to_string(begin) + ".." +
                                                std::to_string(begin + len) + ", tensors " +
                                                format::TensorsInRange(m, begin, begin + len) + ") checksum mismatch");
   }
@@ -155,7 +156,8 @@ Status Store::Impl::list(std::vector<CheckpointInfo>* out) {
     info.path = JoinPath(o_.root, format::StepDirName(step));
     Manifest m;
     CommitRecord c;
-    Status s = store_internal::CheckCheckpoint(fs_, info.path, step, o_.rank, o_.world_size, &c, &m, &info.bytes);
+    Status s = store_internal::CheckCheckpoint(fs_, info.path, step, o_.rank, o_.world_size, &c, &m, &info.bytes,
+                                               &info.written_bytes);
     if (!s.ok() && !fs_->is_dir(info.path)) continue;  // retired while being listed
     info.valid = s.ok();
     info.world_size = s.ok() ? c.world_size : 0;
@@ -187,27 +189,36 @@ Status Store::Impl::restore_step(int64_t step, const std::vector<RestoreTarget>&
     engine.reset();
     PREEMPT_RETURN_IF_ERROR(io::IoEngine::Create(eo, &engine));
   }
-  std::unique_ptr<File> file;
-  bool direct = false;
-  const std::string dp = JoinPath(dir, m.data_file);
-  PREEMPT_RETURN_IF_ERROR(OpenData(fs_, dp, false, o_.direct_io, &file, &direct));
-  auto queue = engine->open_queue(file.get());
-  r->backend = std::string(queue->backend_name()) + (direct ? "+direct" : "+buffered");
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), &XXH3_freeState);
-  queue->set_read_done([&](io::Slot* slot, size_t got) { return ScatterChunk(m, dp, dest, hash.get(), slot, got); });
-  Status s;
-  for (uint64_t ci = 0; ci < m.chunk_xxh3.size() && s.ok(); ++ci) {
-    io::Slot* slot = nullptr;
-    s = queue->acquire(Deadline::Never(), &slot);
-    if (!s.ok()) break;
-    slot->tag = ci;
-    const uint64_t begin = ci * m.chunk_bytes;
-    const uint64_t len = std::min<uint64_t>(m.chunk_bytes, m.data_bytes - begin);
-    s = queue->submit_read(slot, AlignUp(len, kIoAlignment), begin);
+  // One pass per data file: this step's own, then each older step's whose chunks it references.
+  std::map<int64_t, std::vector<uint64_t>> chunks_by_step;
+  for (uint64_t ci = 0; ci < m.chunk_xxh3.size(); ++ci) chunks_by_step[m.chunk_step[ci]].push_back(ci);
+  for (auto& [holder, chunks] : chunks_by_step) {  // sequential reads within each file
+    std::sort(chunks.begin(), chunks.end(), [&](uint64_t a, uint64_t b) { return m.chunk_offset[a] < m.chunk_offset[b]; });
   }
-  Status d = queue->drain(Deadline::Never());
-  if (s.ok()) s = d;
-  PREEMPT_RETURN_IF_ERROR(s);
+  if (chunks_by_step.empty()) chunks_by_step[step];  // the own file is opened even when empty
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), &XXH3_freeState);
+  for (auto group = chunks_by_step.rbegin(); group != chunks_by_step.rend(); ++group) {
+    const std::vector<uint64_t>& chunks = group->second;
+    const std::string dp = chunks.empty() ? JoinPath(dir, m.data_file) : store_internal::ChunkFilePath(dir, m, chunks[0]);
+    std::unique_ptr<File> file;
+    bool direct = false;
+    PREEMPT_RETURN_IF_ERROR(OpenData(fs_, dp, false, o_.direct_io, &file, &direct));
+    auto queue = engine->open_queue(file.get());
+    if (group == chunks_by_step.rbegin()) r->backend = std::string(queue->backend_name()) + (direct ? "+direct" : "+buffered");
+    queue->set_read_done([&](io::Slot* slot, size_t got) { return ScatterChunk(m, dp, dest, hash.get(), slot, got); });
+    Status s;
+    for (uint64_t ci : chunks) {
+      io::Slot* slot = nullptr;
+      s = queue->acquire(Deadline::Never(), &slot);
+      if (!s.ok()) break;
+      slot->tag = ci;
+      s = queue->submit_read(slot, AlignUp(format::ChunkLength(m, ci), kIoAlignment), m.chunk_offset[ci]);
+      if (!s.ok()) break;
+    }
+    Status d = queue->drain(Deadline::Never());
+    if (s.ok()) s = d;
+    PREEMPT_RETURN_IF_ERROR(s);
+  }
   r->step = step;
   r->path = dir;
   r->metadata = m.metadata;

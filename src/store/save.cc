@@ -17,9 +17,6 @@ using format::CommitRecord;
 using format::Manifest;
 using format::StepDirKind;
 
-// Piece of a chunk copied then hashed while still in cache.
-constexpr uint64_t kHashPiece = 256 << 10;
-
 int64_t UnixMillis() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -161,11 +158,17 @@ void Store::Impl::execute(SaveJob* job) {
   const std::string final_dir = JoinPath(o_.root, format::StepDirName(step));
 
   uint64_t manifest_xxh3 = 0;
+  Manifest written;
   Status s = prepare(job, tmp_dir);
-  if (s.ok()) s = write_rank_files(job, tmp_dir, &stats, &manifest_xxh3);
+  if (s.ok()) s = write_rank_files(job, tmp_dir, &stats, &manifest_xxh3, &written);
   if (s.ok()) {
     job->mark_durable();
     s = commit(job, tmp_dir, final_dir, manifest_xxh3, &stats);
+  }
+  if (s.ok()) {
+    base_cache_.step = step;
+    base_cache_.manifest_xxh3 = manifest_xxh3;
+    base_cache_.manifest = std::move(written);
   }
   stats.total_s = SecondsSince(job->submitted_at_);
   if (!s.ok()) {
@@ -182,9 +185,11 @@ void Store::Impl::execute(SaveJob* job) {
     PREEMPT_LOG_ERROR("checkpoint step %lld failed after %.3f s: %s", static_cast<long long>(step), stats.total_s,
                       s.to_string().c_str());
   } else {
-    PREEMPT_LOG_INFO("checkpoint step %lld rank %d committed: %.1f MiB in %.3f s (write %.3f, sync %.3f, commit %.3f; %s)",
-                     static_cast<long long>(step), o_.rank, stats.bytes / 1048576.0, stats.total_s, stats.write_s,
-                     stats.sync_s, stats.commit_s, stats.backend.c_str());
+    PREEMPT_LOG_INFO("checkpoint step %lld rank %d committed: %.1f MiB (%.1f MiB written, %.1f MiB unchanged and referenced) "
+                     "in %.3f s (write %.3f, sync %.3f, commit %.3f; %s)",
+                     static_cast<long long>(step), o_.rank, stats.bytes / 1048576.0, stats.written_bytes / 1048576.0,
+                     stats.referenced_bytes / 1048576.0, stats.total_s, stats.write_s, stats.sync_s, stats.commit_s,
+                     stats.backend.c_str());
   }
   job->finish(s, stats, final_dir);
 }
@@ -263,95 +268,6 @@ Status Store::Impl::check_step_order(const SaveJob& job) {
                       ", the newest valid checkpoint in " + o_.root +
                       ": steps only move forward (set SaveRequest::rewind to retire the newer checkpoints first)");
   }
-  return Status::OK();
-}
-
-Status Store::Impl::write_rank_files(SaveJob* job, const std::string& tmp_dir, SaveStats* stats, uint64_t* manifest_xxh3) {
-  const auto& req = job->req_;
-  Manifest m;
-  m.step = req.step;
-  m.rank = o_.rank;
-  m.world_size = o_.world_size;
-  m.created_unix_ms = UnixMillis();
-  m.data_file = format::RankDataName(o_.rank);
-  m.chunk_bytes = o_.chunk_bytes;
-  m.metadata = req.metadata;
-  PREEMPT_RETURN_IF_ERROR(format::LayoutItems(req.items, &m.tensors, &m.data_bytes));
-  m.file_bytes = AlignUp(m.data_bytes, kIoAlignment);
-  PREEMPT_RETURN_IF_ERROR(ensure_engine());
-
-  const std::string data_path = JoinPath(tmp_dir, m.data_file);
-  std::unique_ptr<File> file;
-  bool direct = false;
-  PREEMPT_RETURN_IF_ERROR(OpenData(fs_, data_path, true, o_.direct_io, &file, &direct));
-  PREEMPT_RETURN_IF_ERROR(file->allocate(m.file_bytes));
-  auto t0 = std::chrono::steady_clock::now();
-  {
-    auto queue = engine_->open_queue(file.get());
-    stats->backend = std::string(queue->backend_name()) + (direct ? "+direct" : "+buffered");
-    const uint64_t chunks = (m.data_bytes + m.chunk_bytes - 1) / m.chunk_bytes;
-    m.chunk_xxh3.resize(chunks);
-    size_t item = 0;  // first item that may overlap the current chunk
-    for (uint64_t c = 0; c < chunks; ++c) {
-      if (job->cancelled_.load(std::memory_order_relaxed)) {
-        (void)queue->drain(Deadline::Never());
-        return Status(StatusCode::kAborted, "checkpoint step " + std::to_string(req.step) + " cancelled");
-      }
-      io::Slot* slot = nullptr;
-      PREEMPT_RETURN_IF_ERROR(queue->acquire(Deadline::Never(), &slot));
-      const uint64_t begin = c * m.chunk_bytes;
-      const uint64_t len = std::min<uint64_t>(m.chunk_bytes, m.data_bytes - begin);
-      const uint64_t end = begin + len;
-      // Gather the bytes of [begin, end) from the items (alignment gaps are zero) in cache-sized
-      // pieces, hashing each piece right after copying it, while it is still in cache.
-      while (item < m.tensors.size() && m.tensors[item].offset + m.tensors[item].nbytes <= begin) ++item;
-      XXH3_state_t* hash = hash_state_.get();
-      XXH3_64bits_reset(hash);
-      uint64_t payload = 0;
-      size_t i = item;
-      for (uint64_t piece = begin; piece < end; piece += kHashPiece) {
-        const uint64_t piece_end = std::min(end, piece + kHashPiece);
-        uint64_t filled = piece;  // file offset filled so far
-        for (; i < m.tensors.size() && m.tensors[i].offset < piece_end; ++i) {
-          const TensorInfo& t = m.tensors[i];
-          const uint64_t from = std::max(piece, t.offset);
-          const uint64_t to = std::min(piece_end, t.offset + t.nbytes);
-          if (to <= from) continue;
-          if (from > filled) std::memset(slot->data + (filled - begin), 0, from - filled);
-          std::memcpy(slot->data + (from - begin), static_cast<const uint8_t*>(req.items[i].data) + (from - t.offset), to - from);
-          filled = to;
-          payload += to - from;
-          if (to < t.offset + t.nbytes) break;  // the tensor continues into the next piece
-        }
-        if (piece_end > filled) std::memset(slot->data + (filled - begin), 0, piece_end - filled);
-        XXH3_64bits_update(hash, slot->data + (piece - begin), piece_end - piece);
-      }
-      const uint64_t padded = AlignUp(len, kIoAlignment);
-      if (padded > len) std::memset(slot->data + len, 0, padded - len);
-      m.chunk_xxh3[c] = XXH3_64bits_digest(hash);
-      PREEMPT_RETURN_IF_ERROR(queue->submit_write(slot, padded, begin));
-      job->written_.fetch_add(payload, std::memory_order_relaxed);
-    }
-    stats->write_s = SecondsSince(t0);
-    auto t1 = std::chrono::steady_clock::now();
-    PREEMPT_RETURN_IF_ERROR(queue->sync(Deadline::Never()));
-    stats->sync_s = SecondsSince(t1);
-  }
-  PREEMPT_RETURN_IF_ERROR(file->close());
-
-  // The manifest is written only once the data it describes is durable.
-  auto t2 = std::chrono::steady_clock::now();
-  const std::string text = format::EncodeManifest(m);
-  *manifest_xxh3 = format::Hash64(text.data(), text.size());
-  std::unique_ptr<File> mf;
-  OpenOptions mo;
-  mo.write = mo.create = true;
-  const std::string manifest_path = JoinPath(tmp_dir, format::RankManifestName(o_.rank));
-  PREEMPT_RETURN_IF_ERROR(fs_->open(manifest_path, mo, &mf));
-  PREEMPT_RETURN_IF_ERROR(mf->write_at(text.data(), text.size(), 0));
-  PREEMPT_RETURN_IF_ERROR(mf->sync());
-  PREEMPT_RETURN_IF_ERROR(mf->close());
-  stats->sync_s += SecondsSince(t2);
   return Status::OK();
 }
 
@@ -437,12 +353,7 @@ Status Store::Impl::write_commit(SaveJob* job, const std::string& tmp_dir, const
   c.step = step;
   c.world_size = o_.world_size;
   c.created_unix_ms = UnixMillis();
-  for (int r = 0; r < o_.world_size; ++r) {
-    std::string text;
-    const std::string mp = JoinPath(tmp_dir, format::RankManifestName(r));
-    PREEMPT_RETURN_IF_ERROR(fs_->read_file(mp, format::kMaxManifestBytes, &text));
-    c.manifest_xxh3.push_back(format::Hash64(text.data(), text.size()));
-  }
+  PREEMPT_RETURN_IF_ERROR(check_references_for_commit(tmp_dir, step, &c));
   const std::string commit_text = format::EncodeCommit(c);
   std::unique_ptr<File> f;
   OpenOptions o;
@@ -487,14 +398,8 @@ Status Store::Impl::retire(int64_t step, const char* why) {
 
 Status Store::Impl::apply_retention(int64_t newest) {
   std::vector<int64_t> steps;
-  PREEMPT_RETURN_IF_ERROR(committed_steps(&steps));
-  int kept = 0;
+  PREEMPT_RETURN_IF_ERROR(plan_retention(newest, &steps));
   for (int64_t step : steps) {
-    if (step == newest || kept < o_.keep_last) {
-      ++kept;
-      continue;
-    }
-    if (step > newest) continue;  // never delete a newer checkpoint than the one just written
     PREEMPT_RETURN_IF_ERROR(retire(step, ("retention (keep_last=" + std::to_string(o_.keep_last) + ")").c_str()));
   }
   return Status::OK();

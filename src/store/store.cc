@@ -89,7 +89,7 @@ Status Store::ListCheckpoints(const std::string& root, std::vector<CheckpointInf
     }
     format::CommitRecord c;
     format::Manifest m;
-    Status s = store_internal::CheckCheckpoint(fs, info.path, step, -1, 0, &c, &m, &info.bytes);
+    Status s = store_internal::CheckCheckpoint(fs, info.path, step, -1, 0, &c, &m, &info.bytes, &info.written_bytes);
     if (!s.ok() && !fs->is_dir(info.path)) continue;  // retired while being listed
     info.valid = s.ok();
     info.world_size = s.ok() ? c.world_size : 0;
@@ -130,6 +130,13 @@ Status Store::ReadManifest(const std::string& dir, int rank, CheckpointManifest*
   out->chunk_bytes = m.chunk_bytes;
   out->data_bytes = m.data_bytes;
   out->chunks = m.chunk_xxh3.size();
+  out->file_bytes = m.file_bytes;
+  for (uint64_t c = 0; c < m.chunk_xxh3.size(); ++c) {
+    if (format::IsOwnChunk(m, c)) continue;
+    ++out->referenced_chunks;
+    out->referenced_bytes += format::ChunkLength(m, c);
+  }
+  out->referenced_steps = format::ReferencedSteps(m);
   out->tensors = std::move(m.tensors);
   out->metadata = std::move(m.metadata);
   return Status::OK();

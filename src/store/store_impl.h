@@ -86,7 +86,19 @@ class Store::Impl {
   Status remove_leftovers(int64_t current_step);
   Status check_step_order(const SaveJob& job);
   Status ensure_engine();
-  Status write_rank_files(SaveJob* job, const std::string& tmp_dir, SaveStats* stats, uint64_t* manifest_xxh3);
+  // Writes this rank's data file and manifest (save_data.cc); *written: the manifest.
+  Status write_rank_files(SaveJob* job, const std::string& tmp_dir, SaveStats* stats, uint64_t* manifest_xxh3,
+                          format::Manifest* written);
+  // ---- deduplication (dedup.cc) ----
+  // The manifest unchanged chunks of `step` may reference: this rank's manifest of the newest
+  // committed step below `step`, when that checkpoint is valid (else, or with dedup off, null).
+  Status find_dedup_base(int64_t step, const format::Manifest** base);
+  // Rank 0, before COMMIT: every rank's manifest of `tmp_dir` references only committed steps
+  // holding the referenced bytes; c->referenced_steps gets their union.
+  Status check_references_for_commit(const std::string& tmp_dir, int64_t step, format::CommitRecord* c);
+  // Committed steps that retention retires after `newest` committed, in the order to retire
+  // them (newest first, so a checkpoint never outlives the data it references).
+  Status plan_retention(int64_t newest, std::vector<int64_t>* retire_steps);
   Status commit(SaveJob* job, const std::string& tmp_dir, const std::string& final_dir, uint64_t manifest_xxh3,
                 SaveStats* stats);
   Status write_commit(SaveJob* job, const std::string& tmp_dir, const std::string& final_dir);
@@ -113,6 +125,14 @@ class Store::Impl {
     void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
   };
   std::unique_ptr<XXH3_state_t, HashStateFree> hash_state_{XXH3_createState()};
+  // This rank's manifest of the last dedup base read or step committed, reused while that step's
+  // COMMIT records the same manifest checksum: the base is read and parsed at most once.
+  struct BaseCache {
+    int64_t step = -1;
+    uint64_t manifest_xxh3 = 0;
+    format::Manifest manifest;
+  };
+  BaseCache base_cache_;
   // Restores reuse one engine (staging is allocated and pre-faulted once); a restore that finds
   // it busy (concurrent restores) makes its own.
   std::mutex restore_engine_mu_;

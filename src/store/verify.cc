@@ -1,6 +1,7 @@
 // Store::Verify — the validity check restore uses, then every chunk of every rank read back.
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "format/format.h"
 #include "preempt/store.h"
@@ -9,30 +10,38 @@
 namespace preempt {
 namespace {
 
-// Reads every chunk of one rank's data file and compares its checksum.
+// Reads every chunk of one rank, from this step's data file or the older step's file it
+// references, and compares its checksum with the one in this step's manifest.
 void VerifyChunks(FileSystem* fs, const std::string& dir, const format::Manifest& m, VerifyResult* out) {
-  const std::string dp = JoinPath(dir, m.data_file);
-  std::unique_ptr<File> f;
-  Status s = fs->open(dp, OpenOptions{}, &f);
-  if (!s.ok()) {
-    out->problems.push_back(s.message());
-    return;
+  std::map<int64_t, std::vector<uint64_t>> chunks_by_step;
+  for (uint64_t ci = 0; ci < m.chunk_xxh3.size(); ++ci) chunks_by_step[m.chunk_step[ci]].push_back(ci);
+  for (auto& [holder, chunks] : chunks_by_step) {  // sequential reads within each file
+    std::sort(chunks.begin(), chunks.end(), [&](uint64_t a, uint64_t b) { return m.chunk_offset[a] < m.chunk_offset[b]; });
   }
   AlignedBuffer buf(m.chunk_bytes, false);
-  for (uint64_t ci = 0; ci < m.chunk_xxh3.size(); ++ci) {
-    const uint64_t begin = ci * m.chunk_bytes;
-    const uint64_t len = std::min<uint64_t>(m.chunk_bytes, m.data_bytes - begin);
-    size_t got = 0;
-    s = f->read_at(buf.data(), len, begin, &got);
-    if (!s.ok() || got < len) {
-      out->problems.push_back(s.ok() ? dp + ": chunk " + std::to_string(ci) + " truncated" : s.message());
-      return;
+  for (auto group = chunks_by_step.rbegin(); group != chunks_by_step.rend(); ++group) {
+    const std::string dp = store_internal::ChunkFilePath(dir, m, group->second[0]);
+    std::unique_ptr<File> f;
+    Status s = fs->open(dp, OpenOptions{}, &f);
+    if (!s.ok()) {
+      out->problems.push_back(s.message());
+      continue;
     }
-    out->bytes_checked += len;
-    if (format::Hash64(buf.data(), len) != m.chunk_xxh3[ci]) {
-      out->problems.push_back(dp + ": chunk " + std::to_string(ci) + " (bytes " + std::to_string(begin) + ".." +
-                              std::to_string(begin + len) + ", tensors " + format::TensorsInRange(m, begin, begin + len) +
-                              ") checksum mismatch");
+    for (uint64_t ci : group->second) {
+      const uint64_t begin = ci * m.chunk_bytes;
+      const uint64_t len = format::ChunkLength(m, ci);
+      const std::string chunk = store_internal::ChunkLabel(m, ci);
+      size_t got = 0;
+      s = f->read_at(buf.data(), len, m.chunk_offset[ci], &got);
+      if (!s.ok() || got < len) {
+        out->problems.push_back(s.ok() ? dp + ": " + chunk + " truncated" : s.message());
+        break;
+      }
+      out->bytes_checked += len;
+      if (format::Hash64(buf.data(), len) != m.chunk_xxh3[ci]) {
+        out->problems.push_back(dp + ": " + chunk + " (bytes " + std::to_string(begin) + ".." + std::to_string(begin + len) +
+                                ", tensors " + format::TensorsInRange(m, begin, begin + len) + ") checksum mismatch");
+      }
     }
   }
 }

@@ -1,7 +1,9 @@
 // preempt-ckpt — list, inspect and verify checkpoint directories.
 //
-//   preempt-ckpt list    <root>                  committed checkpoints, newest first
-//   preempt-ckpt inspect <checkpoint-dir> [--rank N]   tensors, sizes, dtypes, metadata
+//   preempt-ckpt list    <root>                  committed checkpoints, newest first (data bytes,
+//                                                and the bytes written by that step itself)
+//   preempt-ckpt inspect <checkpoint-dir> [--rank N]   tensors, sizes, dtypes, metadata, written vs
+//                                                referenced (unchanged chunks of older steps) bytes
 //   preempt-ckpt verify  <checkpoint-dir|root>   read every chunk, check every checksum
 // Built on the store's public read-only inspection API only: the same validity check as restore.
 //
@@ -58,18 +60,19 @@ int List(const std::string& root) {
     fprintf(stderr, "preempt-ckpt: %s\n", s.to_string().c_str());
     return kNotFound;
   }
-  printf("%-22s %10s %6s %12s  %s\n", "checkpoint", "step", "ranks", "bytes", "state");
+  printf("%-22s %10s %6s %12s %12s  %s\n", "checkpoint", "step", "ranks", "bytes", "written", "state");
   int bad = 0;
   for (const auto& c : all) {
     const std::string name = Leaf(c.path);
     if (!c.committed) {
-      printf("%-22s %10" PRId64 " %6s %12s  partial (never committed; removed by the next save)\n", name.c_str(), c.step,
-             "-", "-");
+      printf("%-22s %10" PRId64 " %6s %12s %12s  partial (never committed; removed by the next save)\n", name.c_str(), c.step,
+             "-", "-", "-");
     } else if (!c.valid) {
       ++bad;
-      printf("%-22s %10" PRId64 " %6s %12s  INVALID: %s\n", name.c_str(), c.step, "-", "-", c.problem.c_str());
+      printf("%-22s %10" PRId64 " %6s %12s %12s  INVALID: %s\n", name.c_str(), c.step, "-", "-", "-", c.problem.c_str());
     } else {
-      printf("%-22s %10" PRId64 " %6d %12s  committed\n", name.c_str(), c.step, c.world_size, Human(c.bytes).c_str());
+      printf("%-22s %10" PRId64 " %6d %12s %12s  committed\n", name.c_str(), c.step, c.world_size, Human(c.bytes).c_str(),
+             Human(c.written_bytes).c_str());
     }
   }
   return bad ? kProblems : kOk;
@@ -103,6 +106,11 @@ int Inspect(const std::string& dir, int rank) {
   printf("  committed: %s\n", state.empty() ? "unknown" : state.c_str());
   printf("  data %s in %" PRIu64 " chunks of %s (%s)\n", Human(m.data_bytes).c_str(), m.chunks,
          Human(m.chunk_bytes).c_str(), m.data_file.c_str());
+  std::string from;
+  for (int64_t s : m.referenced_steps) from += (from.empty() ? "" : ", ") + StepDirName(s);
+  printf("  written %s in %" PRIu64 " chunks; referenced %s in %" PRIu64 " unchanged chunks%s%s\n",
+         Human(m.file_bytes).c_str(), m.chunks - m.referenced_chunks, Human(m.referenced_bytes).c_str(),
+         m.referenced_chunks, from.empty() ? "" : " of ", from.c_str());
   printf("  %-48s %-10s %-20s %14s %12s\n", "tensor", "dtype", "shape", "offset", "bytes");
   for (const auto& t : m.tensors) {
     printf("  %-48s %-10s %-20s %14" PRIu64 " %12s\n", t.name.c_str(), DTypeName(t.dtype), Shape(t.shape).c_str(),

@@ -1,6 +1,7 @@
 // libFuzzer target: the manifest and COMMIT parsers must reject any input without crashing,
 // hanging or allocating far beyond the input size. Half of the inputs get a valid envelope
-// (correct length and checksum) so the fuzzer reaches the JSON parser and the validators.
+// (correct length and checksum, once per format version read) so the fuzzer reaches the JSON
+// parser and the validators, chunk locations (references to older steps) included.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -15,11 +16,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)DecodeManifest(raw, "fuzz.manifest", 4096, &m);
   CommitRecord c;
   (void)DecodeCommit(raw, "COMMIT", &c);
-  std::string head = "preempt-manifest 1 " + std::to_string(size) + " " + Hex64(Hash64(data, size)) + "\n";
-  Manifest m2;
-  (void)DecodeManifest(head + raw, "fuzz.manifest", UINT64_MAX, &m2);
-  std::string chead = "preempt-commit 1 " + std::to_string(size) + " " + Hex64(Hash64(data, size)) + "\n";
-  CommitRecord c2;
-  (void)DecodeCommit(chead + raw, "COMMIT", &c2);
+  for (uint32_t v = kMinFormatVersion; v <= kFormatVersion; ++v) {
+    const std::string tail = " " + std::to_string(size) + " " + Hex64(Hash64(data, size)) + "\n";
+    Manifest m2;
+    (void)DecodeManifest("preempt-manifest " + std::to_string(v) + tail + raw, "fuzz.manifest", UINT64_MAX, &m2);
+    CommitRecord c2;
+    (void)DecodeCommit("preempt-commit " + std::to_string(v) + tail + raw, "COMMIT", &c2);
+  }
   return 0;
 }

@@ -1,5 +1,6 @@
 // Saves checkpoints of deterministic content forever (until killed). Used by store_crash_test:
-//   store_crash_writer <root> <first_step> <bytes>
+//   store_crash_writer <root> <first_step> <bytes> [frozen]
+// With "frozen", entry "a" is the same at every step (its chunks are referenced, not rewritten).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -8,8 +9,22 @@
 
 #include "preempt/store.h"
 
-// Content of step `step`: 64-bit words of mt19937_64(step), a then b (test does the same).
-static void FillPattern(long step, std::vector<uint8_t>* a, std::vector<uint8_t>* b) {
+// 64-bit words of mt19937_64(seed) (the test does the same).
+static void Fill(uint64_t seed, std::vector<uint8_t>* v) {
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < v->size(); i += 8) {
+    uint64_t w = rng();
+    std::memcpy(v->data() + i, &w, std::min<size_t>(8, v->size() - i));
+  }
+}
+
+// Content of step `step`: words of mt19937_64(step), a then b; with `frozen`, a from seed 0.
+static void FillPattern(long step, bool frozen, std::vector<uint8_t>* a, std::vector<uint8_t>* b) {
+  if (frozen) {
+    Fill(0, a);
+    Fill(step, b);
+    return;
+  }
   std::mt19937_64 rng(step);
   for (auto* v : {a, b}) {
     for (size_t i = 0; i < v->size(); i += 8) {
@@ -20,10 +35,11 @@ static void FillPattern(long step, std::vector<uint8_t>* a, std::vector<uint8_t>
 }
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: %s <root> <first_step> <bytes>\n", argv[0]);
+  if (argc != 4 && !(argc == 5 && !strcmp(argv[4], "frozen"))) {
+    fprintf(stderr, "usage: %s <root> <first_step> <bytes> [frozen]\n", argv[0]);
     return 2;
   }
+  const bool frozen = argc == 5;
   preempt::StoreOptions o;
   o.root = argv[1];
   o.chunk_bytes = 256 << 10;
@@ -34,7 +50,7 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> a(bytes), b(bytes / 3 + 5);
   for (long step = atol(argv[1 + 1]);; ++step) {
     // The content is a function of the step, so the test can check any restored checkpoint.
-    FillPattern(step, &a, &b);
+    FillPattern(step, frozen, &a, &b);
     preempt::SaveRequest req;
     req.step = step;
     req.items.push_back({"a", preempt::DType::kUInt8, {static_cast<int64_t>(a.size())}, a.data(), a.size()});

@@ -6,7 +6,7 @@
 namespace preempt::format {
 namespace {
 
-std::string Wrap(const std::string& kind, const std::string& payload, int version = 1) {
+std::string Wrap(const std::string& kind, const std::string& payload, int version = kFormatVersion) {
   return "preempt-" + kind + " " + std::to_string(version) + " " + std::to_string(payload.size()) + " " +
          Hex64(Hash64(payload.data(), payload.size())) + "\n" + payload;
 }
@@ -19,6 +19,8 @@ Manifest Good() {
   m.data_bytes = 100;
   m.file_bytes = 4096;
   m.chunk_xxh3 = {1};
+  m.chunk_step = {5};
+  m.chunk_offset = {0};
   TensorInfo t;
   t.name = "w";
   t.dtype = DType::kFloat32;
@@ -76,13 +78,15 @@ TEST(Format, HostileManifestsAreRejected) {
       {"nbytes beyond data", "\"nbytes\":100", "\"nbytes\":1000000000000", "tensors[w].shape"},
       {"huge shape", "\"shape\":[\n5,\n5\n]", "\"shape\":[4611686018427387904,4]", "tensors[w].shape"},
       {"negative dim", "\"shape\":[\n5,\n5\n]", "\"shape\":[-5,-5]", "tensors[w].shape"},
-      {"absurd chunk count", "\"data_bytes\":100", "\"data_bytes\":1152921504606846976", "file_bytes"},
+      {"absurd chunk count", "\"data_bytes\":100", "\"data_bytes\":1152921504606846976", "chunk_xxh3"},
+      {"absurd data size", "\"data_bytes\":100", "\"data_bytes\":18446744073709551000", "data_bytes"},
       {"absurd chunk size", "\"chunk_bytes\":4096", "\"chunk_bytes\":0", "chunk_bytes"},
       {"rank out of range", "\"rank\":0", "\"rank\":7", "rank"},
       {"world size absurd", "\"world_size\":1", "\"world_size\":2000000000", "world_size"},
       {"unknown dtype", "\"dtype\":\"float32\"", "\"dtype\":\"float99\"", "dtype"},
       {"missing field", "\"step\":5,\n", "", "step"},
       {"wrong type", "\"step\":5", "\"step\":\"five\"", "manifest"},
+      {"number with an exponent", "\"step\":5", "\"step\":0e56", "exponent"},
       {"data file name", "\"data_file\":\"rank-00000.bin\"", "\"data_file\":\"../../x\"", "data_file"},
   };
   for (const auto& c : cases) {
@@ -113,7 +117,7 @@ TEST(Format, EnvelopeProblems) {
   EXPECT_EQ(DecodeManifest(good.substr(0, good.size() - 1), "f", UINT64_MAX, &out).code(), StatusCode::kCorruption);
   EXPECT_EQ(DecodeManifest(good + "x", "f", UINT64_MAX, &out).code(), StatusCode::kCorruption);
   std::string v9 = good;
-  v9.replace(v9.find(" 1 "), 3, " 9 ");
+  v9.replace(v9.find(" 2 "), 3, " 9 ");
   EXPECT_EQ(DecodeManifest(v9, "f", UINT64_MAX, &out).code(), StatusCode::kVersionMismatch);
   // Data file size disagrees with the manifest (truncation).
   Status s = DecodeManifest(good, "f", 0, &out);

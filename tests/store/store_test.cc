@@ -371,14 +371,16 @@ TEST_F(Corruption, MissingCommit) {
 }
 
 TEST_F(Corruption, UnknownFormatVersion) {
-  // A well-formed manifest of a future version: the header and the JSON say version 2.
+  // A well-formed manifest of a future version: the header and the JSON say the next version.
   auto p = newdir_ + "/rank-00000.manifest";
   std::string text = testing::ReadFileOrDie(p);
   std::string payload = text.substr(text.find('\n') + 1);
-  auto pos = payload.find("\"format_version\": 1");
+  const std::string now = "\"format_version\": " + std::to_string(format::kFormatVersion);
+  const std::string next = std::to_string(format::kFormatVersion + 1);
+  auto pos = payload.find(now);
   ASSERT_NE(pos, std::string::npos);
-  payload.replace(pos, 19, "\"format_version\": 2");
-  std::string head = "preempt-manifest 2 " + std::to_string(payload.size()) + " " +
+  payload.replace(pos, now.size(), "\"format_version\": " + next);
+  std::string head = "preempt-manifest " + next + " " + std::to_string(payload.size()) + " " +
                      format::Hex64(format::Hash64(payload.data(), payload.size())) + "\n";
   testing::WriteFileOrDie(p, head + payload);
   format::Manifest m;

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -39,6 +40,7 @@ TEST(CkptCli, ListInspectVerify) {
   std::vector<float> w(50000, 0.5f);
   int64_t counter = 42;
   for (int step : {10, 20}) {
+    std::fill(w.begin(), w.end(), 0.05f * step);  // every chunk changes: step 20 writes all of its data
     SaveRequest req;
     req.step = step;
     req.items.push_back({"model:fc.weight", DType::kFloat32, {250, 200}, w.data(), w.size() * 4});
@@ -79,6 +81,45 @@ TEST(CkptCli, ListInspectVerify) {
 
   EXPECT_EQ(Cli("verify " + dir.path() + "/nope").code, 3);
   EXPECT_EQ(Cli("frobnicate x").code, 2);
+}
+
+// A step whose weight is unchanged references the older step's chunks: list and inspect show
+// what it wrote and what it references; a flipped byte in the shared chunk fails both steps.
+TEST(CkptCli, WrittenAndReferencedBytes) {
+  testing::TempDir dir;
+  StoreOptions o;
+  o.root = dir / "ckpt";
+  o.chunk_bytes = 64 << 10;
+  Store store(o);
+  std::vector<float> frozen(64 << 10, 0.25f);  // 4 chunks
+  int64_t counter = 0;
+  for (int step : {10, 20}) {
+    counter = step;
+    SaveRequest req;
+    req.step = step;
+    req.items.push_back({"model:frozen", DType::kFloat32, {static_cast<int64_t>(frozen.size())}, frozen.data(), frozen.size() * 4});
+    req.items.push_back({"extra:counter", DType::kInt64, {}, &counter, 8});
+    ASSERT_TRUE(store.save(req).ok());
+  }
+  CliRun r = Cli("list " + o.root);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("written"), std::string::npos) << r.out;
+  const std::string line20 = r.out.substr(r.out.find("step-00000020"), r.out.find('\n', r.out.find("step-00000020")) - r.out.find("step-00000020"));
+  EXPECT_NE(line20.find("4.0 KiB"), std::string::npos) << "step 20 writes only the chunk holding the counter: " << r.out;
+
+  r = Cli("inspect " + o.root + "/step-00000020");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("written 4.0 KiB in 1 chunks; referenced 256.0 KiB in 4 unchanged chunks of step-00000010"), std::string::npos) << r.out;
+
+  {  // flip one byte of the shared weight, in step 10's file
+    std::fstream f(o.root + "/step-00000010/rank-00000.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(70000);
+    f.put('\x7f');
+  }
+  r = Cli("verify " + o.root + "/step-00000020");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("step-00000010/rank-00000.bin: chunk 1 of step 20"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model:frozen"), std::string::npos) << r.out;
 }
 
 void SaveSteps(const std::string& root, std::initializer_list<int> steps) {
