@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <sstream>
 
 namespace preempt::sched {
@@ -73,47 +73,166 @@ Field Flag(const char* name, const char* group, bool PolicyOptions::*m, const ch
           [m](const PolicyOptions& o) { return std::string(o.*m ? "true" : "false"); }};
 }
 
+Field KindField() {
+  using O = PolicyOptions;
+  return {{"kind", "policy", "string", "\"fcfs\" | \"k8s\" | \"hint\"",
+           "fcfs: no preemption; k8s: kube-scheduler victim order, evict now; hint: hint-aware"},
+          [](const rapidjson::Value& v, O* o) {
+            std::string s = v.IsString() ? v.GetString() : "";
+            if (s == "fcfs")
+              o->kind = PolicyKind::kFcfs;
+            else if (s == "k8s")
+              o->kind = PolicyKind::kKubernetes;
+            else if (s == "hint")
+              o->kind = PolicyKind::kHintAware;
+            else
+              return false;
+            return true;
+          },
+          [](const O& o) { return "\"" + std::string(PolicyKindName(o.kind)) + "\""; }};
+}
+
+Field PriorityValueField() {
+  using O = PolicyOptions;
+  return {{"priority_value", "classes", "[low, medium, high]", "integers",
+           "cluster priority of each class (plan --k8s maps spec.priority with these)"},
+          [](const rapidjson::Value& v, O* o) {
+            if (!v.IsArray() || v.Size() != kNumClasses) return false;
+            for (int i = 0; i < kNumClasses; ++i)
+              if (!v[i].IsInt64()) return false;
+            for (int i = 0; i < kNumClasses; ++i) o->priority_value[i] = v[i].GetInt64();
+            return true;
+          },
+          [](const O& o) {
+            return "[" + std::to_string(o.priority_value[0]) + "," + std::to_string(o.priority_value[1]) + "," +
+                   std::to_string(o.priority_value[2]) + "]";
+          }};
+}
+
+Field PreemptsLowerField() {
+  using O = PolicyOptions;
+  return {{"preempts_lower", "classes", "[low, medium, high]", "booleans",
+           "whether each class may preempt lower classes (false: the \"Never\" preemption policy)"},
+          [](const rapidjson::Value& v, O* o) {
+            if (!v.IsArray() || v.Size() != kNumClasses) return false;
+            for (int i = 0; i < kNumClasses; ++i)
+              if (!v[i].IsBool()) return false;
+            for (int i = 0; i < kNumClasses; ++i) o->preempts_lower[i] = v[i].GetBool();
+            return true;
+          },
+          [](const O& o) {
+            std::string s = "[";
+            for (int i = 0; i < kNumClasses; ++i)
+              s += std::string(i ? "," : "") + (o.preempts_lower[i] ? "true" : "false");
+            return s + "]";
+          }};
+}
+
+Field VictimGraceField() {
+  using O = PolicyOptions;
+  return {{"victim_grace", "eviction", "string", "\"own\" | \"hint-sized\"",
+           "grace period of a SIGTERM eviction: the victim's own, or 1.5 x its hints' grace needed + 10 s "
+           "(own when its cost is not measured)"},
+          [](const rapidjson::Value& v, O* o) {
+            std::string s = v.IsString() ? v.GetString() : "";
+            if (s == "own")
+              o->victim_grace = VictimGrace::kOwn;
+            else if (s == "hint-sized")
+              o->victim_grace = VictimGrace::kHintSized;
+            else
+              return false;
+            return true;
+          },
+          [](const O& o) { return std::string(o.victim_grace == VictimGrace::kOwn ? "\"own\"" : "\"hint-sized\""); }};
+}
+
+Field HighTolerableWaitField() {
+  using O = PolicyOptions;
+  return {{"high_tolerable_wait", "tolerable wait", "string or seconds", "\"victim-grace\" | \"off\" | (0, 1e9]",
+           "longest a high preemptor waits for one victim's save (slower savers are killed): the victim's "
+           "grace period, no limit, or fixed seconds"},
+          [](const rapidjson::Value& v, O* o) {
+            if (v.IsString() && std::string(v.GetString()) == "victim-grace") {
+              o->high_tolerable_wait = TolerableWait::kVictimGrace;
+            } else if (v.IsString() && std::string(v.GetString()) == "off") {
+              o->high_tolerable_wait = TolerableWait::kOff;
+            } else if (v.IsNumber() && v.GetDouble() > 0 && v.GetDouble() <= kMaxSeconds) {
+              o->high_tolerable_wait = TolerableWait::kFixed;
+              o->high_tolerable_wait_s = v.GetDouble();
+            } else {
+              return false;
+            }
+            return true;
+          },
+          [](const O& o) {
+            switch (o.high_tolerable_wait) {
+              case TolerableWait::kVictimGrace: return std::string("\"victim-grace\"");
+              case TolerableWait::kOff: return std::string("\"off\"");
+              case TolerableWait::kFixed: break;
+            }
+            return NumText(o.high_tolerable_wait_s);
+          }};
+}
+
+Field SuspendField() {
+  using O = PolicyOptions;
+  return {{"suspend", "schedule", "object or \"off\"",
+           "{\"class\": low|medium|high, \"from_s\", \"to_s\" in [0, period_s], \"period_s\" in [1, 1e9]} | \"off\"",
+           "suspend a class during [from_s, to_s) of every period of the clock: its running jobs are "
+           "checkpointed and preempted, its pending jobs wait; they resume when the window closes"},
+          [](const rapidjson::Value& v, O* o) {
+            if (v.IsString() && std::string(v.GetString()) == "off") {
+              o->suspend.on = false;
+              return true;
+            }
+            if (!v.IsObject() || v.MemberCount() != 4) return false;
+            SuspendWindow w;
+            w.on = true;
+            auto num = [&](const char* k, double lo, double hi, double* out) {
+              if (!v.HasMember(k) || !v[k].IsNumber() || !(v[k].GetDouble() >= lo && v[k].GetDouble() <= hi))
+                return false;
+              *out = v[k].GetDouble();
+              return true;
+            };
+            if (!v.HasMember("class") || !v["class"].IsString() || !ParsePriorityClass(v["class"].GetString(), &w.cls))
+              return false;
+            if (!num("period_s", 1, kMaxSeconds, &w.period_s) || !num("from_s", 0, w.period_s, &w.from_s) ||
+                !num("to_s", 0, w.period_s, &w.to_s) || w.from_s == w.to_s)
+              return false;
+            o->suspend = w;
+            return true;
+          },
+          [](const O& o) {
+            if (!o.suspend.on) return std::string("\"off\"");
+            return "{\"class\":\"" + std::string(PriorityClassName(o.suspend.cls)) +
+                   "\",\"from_s\":" + NumText(o.suspend.from_s) + ",\"to_s\":" + NumText(o.suspend.to_s) +
+                   ",\"period_s\":" + NumText(o.suspend.period_s) + "}";
+          }};
+}
+
+Field GpuHourPriceField() {
+  using O = PolicyOptions;
+  return {{"gpu_hour_price", "accounting", "[low, medium, high]", "numbers in [0, 1e9]",
+           "price of one GPU-hour held by each class, for the simulator's bill per queue"},
+          [](const rapidjson::Value& v, O* o) {
+            if (!v.IsArray() || v.Size() != kNumClasses) return false;
+            for (int i = 0; i < kNumClasses; ++i)
+              if (!v[i].IsNumber() || !(v[i].GetDouble() >= 0 && v[i].GetDouble() <= kMaxSeconds)) return false;
+            for (int i = 0; i < kNumClasses; ++i) o->gpu_hour_price[i] = v[i].GetDouble();
+            return true;
+          },
+          [](const O& o) {
+            return "[" + NumText(o.gpu_hour_price[0]) + "," + NumText(o.gpu_hour_price[1]) + "," +
+                   NumText(o.gpu_hour_price[2]) + "]";
+          }};
+}
+
 std::vector<Field> MakeFields() {
   using O = PolicyOptions;
   std::vector<Field> f;
-  f.push_back({{"kind", "policy", "string", "\"fcfs\" | \"k8s\" | \"hint\"",
-                "fcfs: no preemption; k8s: kube-scheduler victim order, evict now; hint: hint-aware"},
-               [](const rapidjson::Value& v, O* o) {
-                 std::string s = v.IsString() ? v.GetString() : "";
-                 if (s == "fcfs") o->kind = PolicyKind::kFcfs;
-                 else if (s == "k8s") o->kind = PolicyKind::kKubernetes;
-                 else if (s == "hint") o->kind = PolicyKind::kHintAware;
-                 else return false;
-                 return true;
-               },
-               [](const O& o) { return "\"" + std::string(PolicyKindName(o.kind)) + "\""; }});
-  f.push_back({{"priority_value", "classes", "[low, medium, high]", "integers",
-                "cluster priority of each class (plan --k8s maps spec.priority with these)"},
-               [](const rapidjson::Value& v, O* o) {
-                 if (!v.IsArray() || v.Size() != kNumClasses) return false;
-                 for (int i = 0; i < kNumClasses; ++i)
-                   if (!v[i].IsInt64()) return false;
-                 for (int i = 0; i < kNumClasses; ++i) o->priority_value[i] = v[i].GetInt64();
-                 return true;
-               },
-               [](const O& o) {
-                 return "[" + std::to_string(o.priority_value[0]) + "," + std::to_string(o.priority_value[1]) + "," +
-                        std::to_string(o.priority_value[2]) + "]";
-               }});
-  f.push_back({{"preempts_lower", "classes", "[low, medium, high]", "booleans",
-                "whether each class may preempt lower classes (false: the \"Never\" preemption policy)"},
-               [](const rapidjson::Value& v, O* o) {
-                 if (!v.IsArray() || v.Size() != kNumClasses) return false;
-                 for (int i = 0; i < kNumClasses; ++i)
-                   if (!v[i].IsBool()) return false;
-                 for (int i = 0; i < kNumClasses; ++i) o->preempts_lower[i] = v[i].GetBool();
-                 return true;
-               },
-               [](const O& o) {
-                 std::string s = "[";
-                 for (int i = 0; i < kNumClasses; ++i) s += std::string(i ? "," : "") + (o.preempts_lower[i] ? "true" : "false");
-                 return s + "]";
-               }});
+  f.push_back(KindField());
+  f.push_back(PriorityValueField());
+  f.push_back(PreemptsLowerField());
   f.push_back(Flag("checkpoint_then_evict", "eviction", &O::checkpoint_then_evict,
                    "ask a victim to checkpoint, evict it after the commit"));
   f.push_back(Flag("sigterm_save", "eviction", &O::sigterm_save,
@@ -126,46 +245,11 @@ std::vector<Field> MakeFields() {
                       "evict anyway when a requested commit has not shown up by then"));
   f.push_back(Flag("kill_after_commit", "eviction", &O::kill_after_commit,
                    "once a requested commit is durable, kill at once (no second save on SIGTERM)"));
-  f.push_back({{"victim_grace", "eviction", "string", "\"own\" | \"hint-sized\"",
-                "grace period of a SIGTERM eviction: the victim's own, or 1.5 x its hints' grace needed + 10 s "
-                "(own when its cost is not measured)"},
-               [](const rapidjson::Value& v, O* o) {
-                 std::string s = v.IsString() ? v.GetString() : "";
-                 if (s == "own") o->victim_grace = VictimGrace::kOwn;
-                 else if (s == "hint-sized") o->victim_grace = VictimGrace::kHintSized;
-                 else return false;
-                 return true;
-               },
-               [](const O& o) {
-                 return std::string(o.victim_grace == VictimGrace::kOwn ? "\"own\"" : "\"hint-sized\"");
-               }});
+  f.push_back(VictimGraceField());
   f.push_back(Number("repeat_victim_weight", "victim cost", "number", 0, 1e6, "[0, 1e6]", &O::repeat_victim_weight,
                      "each earlier preemption or move of a victim multiplies its cost in the victim search by 1 + "
                      "this (0 = off)"));
-  f.push_back({{"high_tolerable_wait", "tolerable wait", "string or seconds", "\"victim-grace\" | \"off\" | (0, 1e9]",
-                "longest a high preemptor waits for one victim's save (slower savers are killed): the victim's "
-                "grace period, no limit, or fixed seconds"},
-               [](const rapidjson::Value& v, O* o) {
-                 if (v.IsString() && std::string(v.GetString()) == "victim-grace") {
-                   o->high_tolerable_wait = TolerableWait::kVictimGrace;
-                 } else if (v.IsString() && std::string(v.GetString()) == "off") {
-                   o->high_tolerable_wait = TolerableWait::kOff;
-                 } else if (v.IsNumber() && v.GetDouble() > 0 && v.GetDouble() <= kMaxSeconds) {
-                   o->high_tolerable_wait = TolerableWait::kFixed;
-                   o->high_tolerable_wait_s = v.GetDouble();
-                 } else {
-                   return false;
-                 }
-                 return true;
-               },
-               [](const O& o) {
-                 switch (o.high_tolerable_wait) {
-                   case TolerableWait::kVictimGrace: return std::string("\"victim-grace\"");
-                   case TolerableWait::kOff: return std::string("\"off\"");
-                   case TolerableWait::kFixed: break;
-                 }
-                 return NumText(o.high_tolerable_wait_s);
-               }});
+  f.push_back(HighTolerableWaitField());
   f.push_back(Seconds("tolerable_kill_max_lost_s", "tolerable wait", &O::tolerable_kill_max_lost_s,
                       "a too-slow saver with more uncommitted work than this saves anyway (0 = no limit)"));
   f.push_back(Count("tolerable_wait_min_gpus", "tolerable wait", &O::tolerable_wait_min_gpus,
@@ -202,51 +286,8 @@ std::vector<Field> MakeFields() {
                       "a high job waits this long before moves are tried for it"));
   f.push_back(Seconds("wait_alert_s", "limits", &O::wait_alert_s,
                       "suggest action when a high job's estimated wait passes this"));
-  f.push_back({{"suspend", "schedule", "object or \"off\"",
-                "{\"class\": low|medium|high, \"from_s\", \"to_s\" in [0, period_s], \"period_s\" in [1, 1e9]} | \"off\"",
-                "suspend a class during [from_s, to_s) of every period of the clock: its running jobs are "
-                "checkpointed and preempted, its pending jobs wait; they resume when the window closes"},
-               [](const rapidjson::Value& v, O* o) {
-                 if (v.IsString() && std::string(v.GetString()) == "off") {
-                   o->suspend.on = false;
-                   return true;
-                 }
-                 if (!v.IsObject() || v.MemberCount() != 4) return false;
-                 SuspendWindow w;
-                 w.on = true;
-                 auto num = [&](const char* k, double lo, double hi, double* out) {
-                   if (!v.HasMember(k) || !v[k].IsNumber() || !(v[k].GetDouble() >= lo && v[k].GetDouble() <= hi))
-                     return false;
-                   *out = v[k].GetDouble();
-                   return true;
-                 };
-                 if (!v.HasMember("class") || !v["class"].IsString() || !ParsePriorityClass(v["class"].GetString(), &w.cls))
-                   return false;
-                 if (!num("period_s", 1, kMaxSeconds, &w.period_s) || !num("from_s", 0, w.period_s, &w.from_s) ||
-                     !num("to_s", 0, w.period_s, &w.to_s) || w.from_s == w.to_s)
-                   return false;
-                 o->suspend = w;
-                 return true;
-               },
-               [](const O& o) {
-                 if (!o.suspend.on) return std::string("\"off\"");
-                 return "{\"class\":\"" + std::string(PriorityClassName(o.suspend.cls)) + "\",\"from_s\":" +
-                        NumText(o.suspend.from_s) + ",\"to_s\":" + NumText(o.suspend.to_s) +
-                        ",\"period_s\":" + NumText(o.suspend.period_s) + "}";
-               }});
-  f.push_back({{"gpu_hour_price", "accounting", "[low, medium, high]", "numbers in [0, 1e9]",
-                "price of one GPU-hour held by each class, for the simulator's bill per queue"},
-               [](const rapidjson::Value& v, O* o) {
-                 if (!v.IsArray() || v.Size() != kNumClasses) return false;
-                 for (int i = 0; i < kNumClasses; ++i)
-                   if (!v[i].IsNumber() || !(v[i].GetDouble() >= 0 && v[i].GetDouble() <= kMaxSeconds)) return false;
-                 for (int i = 0; i < kNumClasses; ++i) o->gpu_hour_price[i] = v[i].GetDouble();
-                 return true;
-               },
-               [](const O& o) {
-                 return "[" + NumText(o.gpu_hour_price[0]) + "," + NumText(o.gpu_hour_price[1]) + "," +
-                        NumText(o.gpu_hour_price[2]) + "]";
-               }});
+  f.push_back(SuspendField());
+  f.push_back(GpuHourPriceField());
   f.push_back(Count("max_preemptors_per_pass", "limits", &O::max_preemptors_per_pass,
                     "bound on victim searches per decision pass"));
   return f;
@@ -278,8 +319,8 @@ Status PolicyFromJson(const std::string& json, PolicyOptions* inout) {
   rapidjson::Document doc;
   doc.Parse(json.c_str(), json.size());
   if (doc.HasParseError())
-    return Status(StatusCode::kCorruption, std::string("policy: invalid JSON: ") +
-                                               rapidjson::GetParseError_En(doc.GetParseError()));
+    return Status(StatusCode::kCorruption,
+                  std::string("policy: invalid JSON: ") + rapidjson::GetParseError_En(doc.GetParseError()));
   if (!doc.IsObject()) return Status(StatusCode::kCorruption, "policy: expected a JSON object");
   PolicyOptions out = *inout;
   for (auto it = doc.MemberBegin(); it != doc.MemberEnd(); ++it) {
@@ -289,8 +330,8 @@ Status PolicyFromJson(const std::string& json, PolicyOptions* inout) {
       if (key == f.doc.name) field = &f;
     if (!field) return Status(StatusCode::kInvalidArgument, "policy: unknown field '" + key + "'");
     if (!field->set(it->value, &out))
-      return Status(StatusCode::kInvalidArgument, "policy: field '" + key + "': expected " + field->doc.type + " " +
-                                                      field->doc.range);
+      return Status(StatusCode::kInvalidArgument,
+                    "policy: field '" + key + "': expected " + field->doc.type + " " + field->doc.range);
   }
   *inout = out;
   return Status::OK();
@@ -372,21 +413,24 @@ PolicyOptions KubernetesPolicy() {
 }
 
 const std::vector<std::string>& PolicyPresetNames() {
-  static const std::vector<std::string> names = {"fcfs", "k8s", "k8s+runtime", "hint-norules", "hint-ckpt",
+  static const std::vector<std::string> names = {"fcfs", "k8s",           "k8s+runtime", "hint-norules", "hint-ckpt",
                                                  "hint", "hint-nodefrag", "hint-defrag", "hint-refill"};
   return names;
 }
 
 bool PolicyByName(const std::string& name, PolicyOptions* out) {
   PolicyOptions p;
-  if (name == "fcfs") p = FcfsPolicy();
-  else if (name == "k8s") p = KubernetesPolicy();
+  if (name == "fcfs")
+    p = FcfsPolicy();
+  else if (name == "k8s")
+    p = KubernetesPolicy();
   else if (name == "k8s+runtime") {
     p = KubernetesPolicy();
     p.victim_grace = VictimGrace::kHintSized;
-  }
-  else if (name == "hint-norules") p = HintAwareNoRulesPolicy();
-  else if (name == "hint") p = PolicyOptions();
+  } else if (name == "hint-norules")
+    p = HintAwareNoRulesPolicy();
+  else if (name == "hint")
+    p = PolicyOptions();
   else if (name == "hint-ckpt") {  // checkpoint-then-evict only: no SIGTERM save, kill-now or tolerable-wait rules
     p.sigterm_save = false;
     p.kill_now_max_lost_s = 0;

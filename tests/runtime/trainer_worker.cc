@@ -19,7 +19,7 @@
 //
 // Knobs:
 //   --sleep-ms N            per step                --sleep-before-ms N  after restore, before step 0
-//   --extra-mib N           an extra tracked buffer (bigger checkpoints)
+//   --extra-mib N           an extra tracked buffer, changed every step (bigger checkpoints)
 //   --hidden N              width of the hidden layer (default 64; another value = a config change)
 //   --stuck-rank R --stuck-step S   that rank sleeps 600 s before its gradient all_reduce of step S
 //   --slow-step S --slow-ms N0,N1,...   step S takes Nr ms longer on rank r, before its step_end
@@ -247,6 +247,9 @@ int Train(const Args& a) {
     }
     if (a.fence) rt.before_update();  // lets periodic checkpoints overlap with the next step
     optim.step();
+    // The extra state changes every step (one value in every 64 KiB), so a checkpoint cannot share
+    // its chunks with the previous one: saving it costs what its size says.
+    if (a.extra_mib > 0) extra.slice(0, 0, extra.numel(), 16384).add_(1);
     if (loss_log) {
       double l = loss.item<double>();
       std::fprintf(loss_log, "step %lld loss %s %.9g\n", static_cast<long long>(step), Hex(l).c_str(), l);
