@@ -66,7 +66,7 @@ void ClusterRules::charge_budget(const Job& v, const VictimCost& vc) {
   b.oldest = std::min(b.oldest, p_.now);
 }
 
-bool ClusterRules::Feasible(const Job& j, const std::vector<int>& victims, const std::vector<VictimCost>& costs,
+bool ClusterRules::feasible(const Job& j, const std::vector<int>& victims, const std::vector<VictimCost>& costs,
                             int low_taken, int freed_gpus) {
   if (!p_.hint) return true;
   const int* placed = p_.placed_by_class;

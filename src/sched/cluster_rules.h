@@ -38,7 +38,7 @@ class ClusterRules {
   // A victim set that passes the local search must also keep low's guaranteed share, keep
   // non-high work under its cap (for a non-high preemptor), and fit the budgets. Notes which rule
   // said no (low_share_blocked, budget_blocked, budget_queue).
-  bool Feasible(const Job& preemptor, const std::vector<int>& victims, const std::vector<VictimCost>& costs,
+  bool feasible(const Job& preemptor, const std::vector<int>& victims, const std::vector<VictimCost>& costs,
                 int low_taken, int freed_gpus);
 
   // May non-high job j start on free GPUs now (the reserved headroom, low's share)?

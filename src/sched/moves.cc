@@ -197,7 +197,7 @@ bool Mover::plan_feasible(const Job& j, const Plan& plan) {
     costs.push_back(s.cost);
     if (p_.jobs[s.vi].cls == PriorityClass::kLow) low_taken += p_.jobs[s.vi].gpus;
   }
-  return rules_.Feasible(j, victims, costs, low_taken, /*freed_gpus=*/0);
+  return rules_.feasible(j, victims, costs, low_taken, /*freed_gpus=*/0);
 }
 
 bool Mover::try_defrag(int ji) {

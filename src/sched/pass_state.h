@@ -25,6 +25,9 @@ class PassState {
  public:
   // With `index` (job_index.h), only the jobs holding GPUs are read here.
   PassState(const ClusterState& state, const PolicyOptions& config, const JobIndex* index = nullptr);
+  // The pass keeps references to both: a temporary state or options would dangle.
+  PassState(ClusterState&&, const PolicyOptions&, const JobIndex* = nullptr) = delete;
+  PassState(const ClusterState&, PolicyOptions&&, const JobIndex* = nullptr) = delete;
 
   const ClusterState& st;
   const PolicyOptions& cfg;

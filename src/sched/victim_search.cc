@@ -165,7 +165,7 @@ bool VictimSearch::find(int ji, Choice* best, WaitCause* why) {
       continue;
     }
     const Choice& c = top.choice;
-    if (!rules_.Feasible(j, c.victims, c.costs, c.low_taken, c.freed_gpus)) {
+    if (!rules_.feasible(j, c.victims, c.costs, c.low_taken, c.freed_gpus)) {
       set_aside.push_back(std::move(top));
       continue;
     }

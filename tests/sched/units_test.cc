@@ -61,7 +61,8 @@ TEST(SchedUnits, TakeUntilFreedDropsUnneededVictims) {
 
 TEST(SchedUnits, PassStateTracksFreeGpusAndVersions) {
   ClusterState st = TwoNodes();
-  PassState p(st, PolicyOptions());
+  const PolicyOptions defaults;
+  PassState p(st, defaults);
   EXPECT_EQ(p.free(0), 6);
   EXPECT_EQ(p.free(1), 0);
   EXPECT_EQ(p.free_sum(), 6);
@@ -175,7 +176,8 @@ TEST(SchedUnits, MinimumRunTimeGuard) {
   st.jobs[1].last_preempted = -kInf;
   EXPECT_FALSE(rules.in_min_runtime(st.jobs[1], true, true));  // override lifts it
   // Baselines have no minimum run time.
-  PassState k8s(st, KubernetesPolicy());
+  const PolicyOptions k8s_cfg = KubernetesPolicy();  // PassState keeps a reference: it must outlive it
+  PassState k8s(st, k8s_cfg);
   ClusterRules k8s_rules(&k8s);
   EXPECT_FALSE(k8s_rules.in_min_runtime(st.jobs[1], false, true));
 }
@@ -195,14 +197,15 @@ TEST(SchedUnits, BudgetCheckCountsHistoryAndCharges) {
   ASSERT_TRUE(q.has_value());
   EXPECT_EQ(*q, "q");
   EXPECT_EQ(p.out.recheck_at, kNow - 100 + cfg.budget_window_s);  // when the oldest leaves the window
-  EXPECT_FALSE(rules.Feasible(st.jobs[1], {1}, {vc}, 0, 4));
+  EXPECT_FALSE(rules.feasible(st.jobs[1], {1}, {vc}, 0, 4));
   EXPECT_TRUE(rules.budget_blocked);
   EXPECT_EQ(rules.budget_queue, "q");
 }
 
 TEST(SchedUnits, VictimActionBuilder) {
   ClusterState st = TwoNodes();
-  PassState p(st, PolicyOptions());
+  const PolicyOptions defaults;
+  PassState p(st, defaults);
   VictimCost vc;
   vc.mode = EvictionMode::kCheckpointFirst;
   vc.checkpoint_first = true;
