@@ -5,11 +5,11 @@
 #   2. ASan+UBSan build of the torch-free parts, their tests
 #   3. TSan build of the torch-free parts, the threaded tests
 #   4. libFuzzer on the manifest/COMMIT parsers for a fixed time
-# Environment: JOBS (default: nproc), FUZZ_SECONDS (default 30), SKIP_SANITIZERS=1, SKIP_FUZZ=1.
+# Environment: JOBS (default: nproc), FUZZ_SECONDS (default 20), SKIP_SANITIZERS=1, SKIP_FUZZ=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
-FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 t_start=$(date +%s)
 stage() { echo; echo "=== [test] $* ($(( $(date +%s) - t_start )) s elapsed)"; }
 
