@@ -11,6 +11,21 @@
 namespace preempt::sched {
 namespace {
 
+// A low job of 10,000 s that commits every 1,000 s (saves take 10 s: drain 1 + stall 1 + persist 8)
+// and restores in 30 s.
+TraceJob TenThousandSecondLowJob() {
+  TraceJob low;
+  low.id = "low";
+  low.cls = PriorityClass::kLow;
+  low.duration_s = 10000;
+  low.ckpt_interval_s = 1000;
+  low.ckpt_drain_s = 1;
+  low.ckpt_stall_s = 1;
+  low.ckpt_persist_s = 8;
+  low.restore_s = 30;
+  return low;
+}
+
 using preempt::testing::TempDir;
 using preempt::testing::WriteFileOrDie;
 
@@ -76,15 +91,7 @@ TEST(Simulator, LostWorkModel) {
   Trace t;
   t.name = "two";
   t.nodes = {{"n", 1}};
-  TraceJob low;
-  low.id = "low";
-  low.cls = PriorityClass::kLow;
-  low.duration_s = 10000;
-  low.ckpt_interval_s = 1000;
-  low.ckpt_drain_s = 1;
-  low.ckpt_stall_s = 1;
-  low.ckpt_persist_s = 8;
-  low.restore_s = 30;
+  TraceJob low = TenThousandSecondLowJob();
   TraceJob high = low;
   high.id = "high";
   high.cls = PriorityClass::kHigh;
@@ -531,15 +538,7 @@ TEST(Metrics, PreemptionsPerJobRepreemptionsAndStarvation) {
   Trace t;
   t.name = "serial";
   t.nodes = {{"n", 1}};
-  TraceJob low;
-  low.id = "low";
-  low.cls = PriorityClass::kLow;
-  low.duration_s = 10000;
-  low.ckpt_interval_s = 1000;
-  low.ckpt_drain_s = 1;
-  low.ckpt_stall_s = 1;
-  low.ckpt_persist_s = 8;
-  low.restore_s = 30;
+  TraceJob low = TenThousandSecondLowJob();
   TraceJob a = low, b = low;
   a.id = "a";
   b.id = "b";

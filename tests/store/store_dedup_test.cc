@@ -76,16 +76,6 @@ void ExpectRestores(Store& store, std::optional<int64_t> step, const std::vector
 
 std::string StepDir(const std::string& root, int64_t step) { return root + "/" + StepDirName(step); }
 
-void flip_byte(const std::string& path, uint64_t offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(offset);
-  char c;
-  f.read(&c, 1);
-  c ^= 0x20;
-  f.seekp(offset);
-  f.write(&c, 1);
-}
-
 TEST(Dedup, UnchangedChunksAreReferencedAtTheirOriginalLocation) {
   TempDir dir;
   const std::string root = dir / "ckpt";
@@ -214,7 +204,7 @@ class SharedChunkDamage : public ::testing::Test {
 
 TEST_F(SharedChunkDamage, FlippedByteIsDetectedNamingTheFileHoldingIt) {
   const std::string shared = StepDir(root_, 2) + "/rank-00000.bin";
-  flip_byte(shared, 3 * kChunk + 5);  // chunk 3: frozen, referenced by step 3
+  preempt::testing::FlipByte(shared, 3 * kChunk + 5);  // chunk 3: frozen, referenced by step 3
   // Steps 3 and 2 both hold the damaged chunk.
   expect_fallback(shared + ": chunk 3 of step 3 (at offset " + std::to_string(3 * kChunk) + ")", 1, 2);
   VerifyResult v;

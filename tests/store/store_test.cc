@@ -289,15 +289,6 @@ class Corruption : public ::testing::Test {
     std::vector<int64_t> steps;
     ASSERT_TRUE(store_->valid_steps(&steps).ok());
   }
-  void flip_byte(const std::string& path, uint64_t offset) {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(offset);
-    char c;
-    f.read(&c, 1);
-    c ^= 0x20;
-    f.seekp(offset);
-    f.write(&c, 1);
-  }
   TempDir dir_;
   std::unique_ptr<Store> store_;
   Fixture old_, new_;
@@ -306,7 +297,7 @@ class Corruption : public ::testing::Test {
 
 TEST_F(Corruption, FlippedDataByteNamesFileAndTensor) {
   // Byte 70000 lies in chunk 1, inside layer3 (offset 66624 .. 66624+3*65536+17).
-  flip_byte(newdir_ + "/rank-00000.bin", 70000);
+  preempt::testing::FlipByte(newdir_ + "/rank-00000.bin", 70000);
   expect_fallback("rank-00000.bin: chunk 1");
   VerifyResult v;
   ASSERT_TRUE(Store::Verify(newdir_, &v).ok());
@@ -322,11 +313,11 @@ TEST_F(Corruption, FlippedByteAnywhereIsDetected) {
   for (int i = 0; i < 20; ++i) {
     // Only bytes inside the logical data are covered by checksums (the rest is zero padding).
     uint64_t off = std::uniform_int_distribution<uint64_t>(0, data_bytes - 1)(rng);
-    flip_byte(newdir_ + "/rank-00000.bin", off);
+    preempt::testing::FlipByte(newdir_ + "/rank-00000.bin", off);
     VerifyResult v;
     ASSERT_TRUE(Store::Verify(newdir_, &v).ok());
     EXPECT_FALSE(v.ok) << "flip at " << off << " of " << size;
-    flip_byte(newdir_ + "/rank-00000.bin", off);  // undo
+    preempt::testing::FlipByte(newdir_ + "/rank-00000.bin", off);  // undo
   }
 }
 
@@ -335,7 +326,7 @@ TEST_F(Corruption, FlippedManifestOrCommitByteAnywhere) {
     const std::string p = newdir_ + "/" + name;
     const uint64_t size = std::filesystem::file_size(p);
     for (uint64_t off = 0; off < size; off += 3) {
-      flip_byte(p, off);
+      preempt::testing::FlipByte(p, off);
       std::vector<std::vector<uint8_t>> got;
       auto targets = TargetsFor(old_, &got);
       RestoreResult r;
@@ -344,13 +335,13 @@ TEST_F(Corruption, FlippedManifestOrCommitByteAnywhere) {
       ASSERT_EQ(r.step, 100) << name << " flip at " << off << " went undetected";
       ASSERT_EQ(r.rejected.size(), 1u);
       EXPECT_NE(r.rejected[0].find(name), std::string::npos) << r.rejected[0];
-      flip_byte(p, off);
+      preempt::testing::FlipByte(p, off);
     }
   }
 }
 
 TEST_F(Corruption, FlippedManifestByte) {
-  flip_byte(newdir_ + "/rank-00000.manifest", 200);
+  preempt::testing::FlipByte(newdir_ + "/rank-00000.manifest", 200);
   expect_fallback("rank-00000.manifest");
 }
 

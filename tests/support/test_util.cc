@@ -44,4 +44,15 @@ void WriteFileOrDie(const std::string& path, const std::string& data) {
   if (!out) ADD_FAILURE() << "cannot write " << path;
 }
 
+void FlipByte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << "open " << path;
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c;
+  f.read(&c, 1);
+  c ^= 0x20;
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
 }  // namespace preempt::testing

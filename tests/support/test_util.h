@@ -1,6 +1,7 @@
 // Test helpers shared by every test area: temporary directories and paths of built binaries.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace preempt::testing {
@@ -26,5 +27,7 @@ std::string BinaryDir();
 // Reads / writes a whole file (test convenience; aborts the test on failure via ADD_FAILURE).
 std::string ReadFileOrDie(const std::string& path);
 void WriteFileOrDie(const std::string& path, const std::string& data);
+// Flips one bit of the byte at `offset` (a second call undoes it): on-disk damage for corruption tests.
+void FlipByte(const std::string& path, uint64_t offset);
 
 }  // namespace preempt::testing
