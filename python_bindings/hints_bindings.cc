@@ -1,5 +1,6 @@
-// preempt._C.publish_hints / read_hints — the preempt.hints/1 file a scheduler reads
-// (include/preempt/hints.h); the schema and the atomic replace stay in C++.
+// preempt._C.publish_hints / read_hints — the preempt.hints/1 file a scheduler reads — and the
+// checkpoint-request channel a scheduler writes (include/preempt/hints.h); the schemas, the atomic
+// replace and the change detection stay in C++.
 #include <pybind11/stl.h>
 
 #include "bindings.h"
@@ -42,6 +43,7 @@ Hints FromDict(const py::dict& d) {
   }
   Get(d, "lost_work_s", &h.lost_work_s);
   Get(d, "gpus", &h.gpus);
+  Get(d, "request_ack", &h.request_ack);
   h.updated_unix = NowUnix();
   return h;
 }
@@ -64,6 +66,26 @@ void BindHints(py::module_& m) {
     return HintsToJson(h);
   }, py::arg("path"));
   m.def("hints_path_from_env", &HintsPathFromEnv);
+  m.def("request_path_for", &RequestPathFor, py::arg("hints_path"));
+  m.def("write_checkpoint_request", [](const std::string& path, int64_t id) {
+    if (id <= 0) RaiseInvalid("write_checkpoint_request: id must be > 0, got " + std::to_string(id));
+    RaiseIfError(WriteCheckpointRequest(path, CheckpointRequest{id, "checkpoint"}));
+  }, py::arg("path"), py::arg("id"));
+  // poll(): the id of a new request, or None (one stat() per min_interval_ms; see hints.h).
+  py::class_<RequestChannel>(m, "RequestChannel")
+      .def(py::init([](std::string path, int64_t min_interval_ms, int64_t last_handled, double fulfilled_before_unix) {
+             if (min_interval_ms < 0) RaiseInvalid("RequestChannel: min_interval_ms must be >= 0");
+             return std::make_unique<RequestChannel>(std::move(path), std::chrono::milliseconds(min_interval_ms),
+                                                     last_handled, fulfilled_before_unix);
+           }),
+           py::arg("path"), py::arg("min_interval_ms") = 5, py::arg("last_handled") = 0,
+           py::arg("fulfilled_before_unix") = 0.0)
+      .def("poll", [](RequestChannel& c) -> std::optional<int64_t> {
+        if (auto r = c.poll()) return r->id;
+        return std::nullopt;
+      })
+      .def_property_readonly("fulfilled_id", &RequestChannel::fulfilled_id)
+      .def_property_readonly("path", &RequestChannel::path);
 }
 
 }  // namespace preempt::python

@@ -2,9 +2,10 @@
 // checkpoint traffic of one. Its state is --state-mib of bytes; it "trains" one step every
 // --step-ms (changing the state), and commits it with preempt::Store every --every-s seconds of
 // training, on every checkpoint request of the scheduler (acknowledged as request_ack in its hints
-// once durable) and on SIGTERM (then it exits 143, after `scontrol requeue` when SLURM is
-// preempting it, as the runtime does). Each save first waits --persist-s, a slow shared file
-// system's transfer time (the real write of this machine's disk comes on top); each restore waits
+// once durable; a request arriving during a save is answered by that save) and on SIGTERM (then
+// it exits 143, after `scontrol requeue` when SLURM is preempting it), as the runtime does. Each
+// save first waits --persist-s, a slow shared file system's transfer time (the real write of this
+// machine's disk comes on top); each restore waits
 // --restore-s after the real read (loading a model onto its GPUs). Until the save's wait and
 // write are over nothing is committed, so a SIGKILL inside a save loses the work since the last
 // commit, as it would for a real job.
@@ -22,7 +23,9 @@
 //   slurm_standin_trainer --dir DIR --log FILE --hints FILE [--state-mib 16] [--every-s 60]
 //                         [--step-ms 100] [--persist-s 0] [--restore-s 0] [--gpus 1] [--grace-s 0]
 #include <signal.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -117,6 +120,8 @@ class Trainer {
   std::atomic<bool> save_done_{false};
   preempt::Status save_status_;
   int64_t save_step_ = 0, save_request_ = 0;
+  int64_t answered_request_ = 0;  // a request that arrived during the save in flight: its commit answers it
+  double resumed_commit_at_ = 0;  // COMMIT time of the checkpoint this run resumed from
   double save_snap_ = 0, save_started_ = 0;
   std::string save_why_;
 };
@@ -138,6 +143,8 @@ void Trainer::restore() {
   step_ = committed_step_ = r.step;
   request_ack_ = std::atoll(r.metadata["request_ack"].c_str());
   committed_at_ = preempt::NowUnix();
+  struct stat st;
+  if (::stat((r.path + "/COMMIT").c_str(), &st) == 0) resumed_commit_at_ = st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9;
 }
 
 // Snapshot (memcpy into staging: the stall), then the slow transfer and the real write in a thread.
@@ -170,7 +177,8 @@ bool Trainer::finish_save(bool wait) {
   committed_step_ = save_step_;
   committed_at_ = preempt::NowUnix();
   save_cost_s_ = committed_at_ - save_started_;
-  if (save_request_ > request_ack_) request_ack_ = save_request_;
+  request_ack_ = std::max({request_ack_, save_request_, answered_request_});
+  answered_request_ = 0;
   char extra[160];
   snprintf(extra, sizeof extra, " snap %.3f why %s", save_snap_, save_why_.c_str());
   log_step("commit", save_step_, extra);
@@ -203,7 +211,9 @@ int Trainer::run() {
   log("start");
   restore();
   std::this_thread::sleep_for(std::chrono::duration<double>(a_.restore_s));
-  preempt::RequestChannel requests(a_.hints + ".request", std::chrono::milliseconds(50), request_ack_);
+  // As the runtime does: a request older than the commit this run resumed from was answered by it.
+  preempt::RequestChannel requests(a_.hints + ".request", std::chrono::milliseconds(50), request_ack_,
+                                   resumed_commit_at_);
   log("train");
   double train_start = preempt::NowUnix(), next_beat = train_start + 1;
   last_save_start_ = train_start;
@@ -216,6 +226,10 @@ int Trainer::run() {
     reinterpret_cast<int64_t*>(state_.data())[step_ % (state_.size() / 8)] = step_;
     finish_save(false);
     if (auto r = requests.poll()) pending_request = std::max(pending_request, r->id);
+    if (requests.fulfilled_id() > request_ack_) request_ack_ = requests.fulfilled_id();
+    // As the runtime does: a save in flight answers a request (no second save queued behind it).
+    if (saver_.joinable() && pending_request > std::max(request_ack_, save_request_))
+      answered_request_ = std::max(answered_request_, pending_request);
     double now = preempt::NowUnix();
     if (!saver_.joinable()) {
       if (pending_request > request_ack_) start_save("request", pending_request);

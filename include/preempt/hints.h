@@ -139,22 +139,30 @@ Status ReadCheckpointRequest(const std::string& path, CheckpointRequest* out);
 // stat(); the file is read only when its (inode, size, mtime) changed. It returns each request
 // with an id greater than every id seen before exactly once. A malformed file is logged once and
 // ignored (a scheduler may be mid-way through an unusual write; the next valid one is seen).
+// A request is fulfilled by the first checkpoint that commits after it was written, even one
+// whose snapshot was taken before (a save already in flight answers it).
 class RequestChannel {
  public:
   // `last_handled`: requests with id <= this are ignored (pass the request_ack a restored job
   // published before it stopped, so a resumed job does not redo an old request).
+  // `fulfilled_before_unix`: a request file last written before this time (the COMMIT time of
+  // the checkpoint a job resumed from) is also taken as handled: that commit answered it.
   explicit RequestChannel(std::string path,
                           std::chrono::milliseconds min_interval = std::chrono::milliseconds(5),
-                          int64_t last_handled = 0);
+                          int64_t last_handled = 0, double fulfilled_before_unix = 0);
   std::optional<CheckpointRequest> poll();
   const std::string& path() const { return path_; }
   int64_t last_id() const { return last_id_; }
+  // The newest request taken as answered by the resumed commit (0: none).
+  int64_t fulfilled_id() const { return fulfilled_id_; }
 
  private:
   std::string path_;
   std::chrono::steady_clock::duration min_interval_;
   std::chrono::steady_clock::time_point next_check_{};
   int64_t last_id_;
+  double fulfilled_before_unix_;
+  int64_t fulfilled_id_ = 0;
   bool have_stat_ = false;
   ino_t ino_ = 0;
   off_t size_ = 0;

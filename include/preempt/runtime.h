@@ -34,7 +34,9 @@
 //     cancelled; whether the checkpoint counts as committed is decided from what is on disk, so
 //     every rank reports the same truth (exit code, log, hints).
 //   * checkpoint (every_steps, every_seconds / adaptive interval, a checkpoint signal, or a
-//     request file): snapshot, persist in the background; returns kCheckpoint. When the step
+//     request file): snapshot, persist in the background; returns kCheckpoint. A request that
+//     arrives while a save is persisting is answered by that save (acknowledged at its commit)
+//     instead of a new one queued behind it. When the step
 //     that just ended called before_update() (and RuntimeOptions::overlap_snapshot), only what
 //     the next forward pass may change is copied now; parameters and optimizer state are copied
 //     in the background while the next step's forward and backward run, and that step's
@@ -248,6 +250,7 @@ class Runtime {
   bool committed_on_disk(int64_t ckpt_step);
   void stop_without_checkpoint(const Status& why);
   void start_checkpoint(int64_t step, bool requested, bool overlap);
+  void answer_request(int64_t id);
   void reap(bool block, Deadline deadline);
   void note_commit(int64_t ckpt_step, const std::string& path);
   void warn_if_grace_short(const char* when);

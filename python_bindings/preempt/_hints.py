@@ -27,6 +27,7 @@ class HintsPublisher:
         self.last_step_at = None
         self.last_commit = {"step": -1, "unix": 0.0, "path": ""}
         self.last_commit_at = time.monotonic()
+        self.request_ack = 0  # the newest checkpoint request a durable commit answered
 
     def on_step(self, step):
         now = time.monotonic()
@@ -51,7 +52,7 @@ class HintsPublisher:
             _C.publish_hints(self.path, {
                 "job": self.job, "state": state, "step": int(self.step), "step_time_s": self.step_time_s,
                 "last_commit": self.last_commit, "cost": cost, "grace": {"needed_s": needed, "granted_s": self.grace_s},
-                "lost_work_s": lost_work_s, "gpus": self.gpus})
+                "lost_work_s": lost_work_s, "gpus": self.gpus, "request_ack": int(self.request_ack)})
         except _C.Error as e:  # hints are advisory: training goes on
             print(f"[preempt] hints: {e}", flush=True)
 

@@ -154,6 +154,11 @@ class Runtime:
         self._last_ckpt_at = time.monotonic()
         self._stopped = False
         self._pending = []
+        # Rank 0, with hints: the scheduler's checkpoint requests (<hints>.request, preempt.request/1).
+        self._requests = None
+        self._request_seen = 0      # the newest request id read
+        self._request_open = False  # a request no save has taken on yet
+        self._answering = {}        # id(handle) -> the request its commit answers
         self.stats = {"steps": 0, "checkpoints_started": 0, "checkpoints_committed": 0, "last_commit_step": -1,
                       "stop_step": -1, "stop_committed": False, "stop_problem": "", "signal_to_commit_s": 0.0,
                       "stall_s": 0.0, "persist_s": 0.0}
@@ -217,6 +222,7 @@ class Runtime:
             print(f"[preempt] falling back to the older checkpoint step {candidate}", file=sys.stderr)
         if result > 0:
             self.stats["last_commit_step"] = result
+        self._start_requests(self._commit_time(result))
         self._last_ckpt_at = time.monotonic()
         if self._hints:
             self._hints.step = result
@@ -238,6 +244,7 @@ class Runtime:
         # every_steps is the same on every rank; a time-based or signalled checkpoint is agreed.
         periodic = self.every_steps > 0 and (step + 1) % self.every_steps == 0
         time_due = self.every_seconds > 0 and time.monotonic() - self._last_ckpt_at >= self.every_seconds
+        time_due = self._request_wanted() or time_due  # rank-local, like a time-based checkpoint
         remaining_s = None
         if self._group.world_size == 1:
             stop = _C.stop_requested()
@@ -266,7 +273,48 @@ class Runtime:
         self.stats["checkpoints_started"] += 1
         self.stats["stall_s"] = self.state.stats["last_stall_s"]
         self._pending.append(h)
+        if self._request_open:
+            self._answering[id(h)] = self._request_seen
+            self._request_open = False
         return Action.CHECKPOINT
+
+    def _commit_time(self, step):
+        """When checkpoint `step` became durable (its COMMIT's mtime); 0 when unknown."""
+        if step <= 0:
+            return 0.0
+        for c in self.store.list():
+            if c["step"] == step:
+                try:
+                    return os.stat(os.path.join(c["path"], "COMMIT")).st_mtime
+                except OSError:
+                    return 0.0
+        return 0.0
+
+    def _start_requests(self, resumed_commit_unix):
+        if self._hints is None or self._requests is not None:
+            return
+        # A request written before the commit this job resumed from was answered by that commit.
+        self._requests = _C.RequestChannel(_C.request_path_for(self._hints.path),
+                                           fulfilled_before_unix=resumed_commit_unix)
+
+    def _request_wanted(self):
+        """Rank 0: whether a checkpoint request needs a save of its own. A request that arrives
+        while a save persists is answered by that save's commit (no second save queued behind it)."""
+        if self._hints is None:
+            return False
+        self._start_requests(0.0)
+        rid = self._requests.poll()
+        if self._requests.fulfilled_id > self._hints.request_ack:
+            self._hints.request_ack = self._requests.fulfilled_id
+            self._hints.publish("training")
+        if rid is not None:
+            self._request_seen = max(self._request_seen, rid)
+            in_flight = self._pending[-1] if self._pending and not self._pending[-1].done() else None
+            if in_flight is not None:
+                self._answering[id(in_flight)] = rid
+            else:
+                self._request_open = True
+        return self._request_open
 
     def _checkpoint_requested(self):
         n = _C.checkpoint_request_count()
@@ -277,11 +325,19 @@ class Runtime:
 
     def _reap(self):
         still = []
+        acked = False
         for h in self._pending:
             if not h.done():
                 still.append(h)
                 continue
             err = h.error()
+            answers = self._answering.pop(id(h), 0)
+            if self._hints and answers > self._hints.request_ack:
+                if err is None:
+                    self._hints.request_ack = answers
+                    acked = True
+                else:  # still unanswered: the next step checkpoints for it
+                    self._request_open = True
             if err is None:
                 self.stats["checkpoints_committed"] += 1
                 self.stats["last_commit_step"] = max(self.stats["last_commit_step"], h.step)
@@ -291,9 +347,12 @@ class Runtime:
                 if self._hints and h.step == self.stats["last_commit_step"]:
                     self._hints.on_commit(h.step, h.path, st["bytes"], getattr(h, "stall_s", 0.0), st["total_s"])
                     self._hints.publish("stopped" if self._stopped else "training")
+                    acked = False
             elif self.state.first_error is None:
                 self.state.first_error = err
         self._pending = still
+        if acked:
+            self._hints.publish("stopped" if self._stopped else "training")
 
     def _stop_path(self, step, remaining_s=None):
         self._ensure_store()
@@ -325,6 +384,7 @@ class Runtime:
             if not failed:
                 self._hints.on_commit(step + 1, h.path, self.state.stats["last_bytes"],
                                       self.state.stats["last_stall_s"], h.stats()["total_s"])
+                self._hints.request_ack = max(self._hints.request_ack, self._request_seen)
             self._hints.publish("stopped", lost_work_s=0.0 if not failed else None)
         return Action.STOP
 

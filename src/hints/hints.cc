@@ -357,8 +357,12 @@ Status ReadCheckpointRequest(const std::string& path, CheckpointRequest* out) {
   return RequestFromJson(data, path, out);
 }
 
-RequestChannel::RequestChannel(std::string path, std::chrono::milliseconds min_interval, int64_t last_handled)
-    : path_(std::move(path)), min_interval_(min_interval), last_id_(last_handled) {}
+RequestChannel::RequestChannel(std::string path, std::chrono::milliseconds min_interval, int64_t last_handled,
+                               double fulfilled_before_unix)
+    : path_(std::move(path)),
+      min_interval_(min_interval),
+      last_id_(last_handled),
+      fulfilled_before_unix_(fulfilled_before_unix) {}
 
 std::optional<CheckpointRequest> RequestChannel::poll() {
   auto now = std::chrono::steady_clock::now();
@@ -393,6 +397,12 @@ std::optional<CheckpointRequest> RequestChannel::poll() {
   warned_ = false;
   if (req.id <= last_id_) return std::nullopt;
   last_id_ = req.id;
+  if (mtime_ns_ / 1e9 < fulfilled_before_unix_) {
+    fulfilled_id_ = req.id;
+    PREEMPT_LOG_INFO("checkpoint request %lld in %s predates the commit this job resumed from: already fulfilled",
+                     static_cast<long long>(req.id), path_.c_str());
+    return std::nullopt;
+  }
   return req;
 }
 

@@ -163,8 +163,10 @@ void Runtime::start_requests() {
   requests_started_ = true;
   if (rank() == 0 && !options_.request_path.empty()) {
     // Requests up to the restored acknowledgement were fulfilled by the restored checkpoint.
+    // A request older than the commit this job resumed from was answered by that commit.
+    const double resumed_commit_unix = hints_.last_commit.step >= 0 ? hints_.last_commit.committed_at : 0;
     requests_ = std::make_unique<RequestChannel>(options_.request_path, std::chrono::milliseconds(5),
-                                                 hints_.request_ack);
+                                                 hints_.request_ack, resumed_commit_unix);
   }
 }
 
@@ -250,9 +252,12 @@ Action Runtime::step_end(int64_t step) {
   }
   if (requests_) {
     if (auto r = requests_->poll()) {
-      want_checkpoint_ = true;
       request_to_ack_ = std::max(request_to_ack_, r->id);
-      PREEMPT_LOG_INFO("checkpoint request %lld from %s", static_cast<long long>(r->id), requests_->path().c_str());
+      answer_request(r->id);
+    }
+    if (requests_->fulfilled_id() > hints_.request_ack) {  // answered by the commit this job resumed from
+      hints_.request_ack = request_to_ack_ = std::max(request_to_ack_, requests_->fulfilled_id());
+      publish(pending_.empty() ? JobState::kTraining : JobState::kCheckpointing);
     }
   }
   double interval = interval_seconds();
@@ -274,6 +279,22 @@ Action Runtime::step_end(int64_t step) {
     return Action::kCheckpoint;
   }
   return Action::kContinue;
+}
+
+// A save already in flight answers a request: its commit comes sooner than a new save's would
+// (which would wait for it first), and the work since its snapshot is all the requester loses.
+// Only rank 0 reads requests, and rank 0's save completes with the COMMIT, so this is its own
+// decision: the other ranks never see it.
+void Runtime::answer_request(int64_t id) {
+  Pending* in_flight = pending_.empty() ? nullptr : pending_.back().get();
+  if (in_flight && !in_flight->handle->done()) {
+    in_flight->request_id = std::max(in_flight->request_id, id);
+    PREEMPT_LOG_INFO("checkpoint request %lld from %s: answered by the save of step %lld already in flight",
+                     static_cast<long long>(id), requests_->path().c_str(), static_cast<long long>(in_flight->step));
+    return;
+  }
+  want_checkpoint_ = true;
+  PREEMPT_LOG_INFO("checkpoint request %lld from %s", static_cast<long long>(id), requests_->path().c_str());
 }
 
 void Runtime::before_update() {
@@ -348,6 +369,8 @@ void Runtime::reap(bool block, Deadline deadline) {
       warn_if_grace_short("by this run's checkpoints");
     } else {
       PREEMPT_LOG_ERROR("checkpoint step %lld failed: %s", static_cast<long long>(p.step), st.to_string().c_str());
+      // A request it was answering still needs a commit: ask for a new checkpoint.
+      if (rank() == 0 && p.request_id > hints_.request_ack) want_checkpoint_ = true;
     }
     changed = true;
     it = pending_.erase(it);

@@ -57,6 +57,15 @@ Status ExecuteDecisions(const Decisions& decisions, double now, Executor* execut
     if (s.ok()) ApplyDecision(a, now, request_id, state);
     else if (first.ok()) first = s;
   }
+  for (int i : decisions.kept) {
+    Job& j = state->jobs[i];
+    if (j.phase != JobPhase::kCheckpointing) continue;
+    executor->keep(j);
+    j.phase = JobPhase::kRunning;
+    j.preemptor.clear();
+    j.request_id = 0;
+    j.move_to = -1;
+  }
   return first;
 }
 

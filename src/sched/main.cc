@@ -30,7 +30,7 @@ const char kUsage[] =
     "  preempt-sched simulate [--trace synthetic|alibaba|FILE.csv] [--alibaba-dir DIR] [--alibaba-gpus N]\n"
     "                         [--alibaba-overload X] [--seed N] [--jobs N] [--nodes N] [--gpus-per-node G]\n"
     "                         [--load X] [--policies fcfs,k8s,hint-norules,hint] [--policy-json JSON]\n"
-    "                         [--grace S (0 = sized from hints; default 30)] [--naive]\n"
+    "                         [--grace S (0 = sized from hints; default 30)] [--naive] [--restart-delay S]\n"
     "                         [--csv OUT.csv] [--json OUT.json] [--write-trace OUT.csv (with --policies none:\n"
     "                         write the trace only)] [--capacity-p95 S]\n"
     "                         [--progress S (default 5; 0 = off)]\n"
@@ -43,7 +43,8 @@ const char kUsage[] =
     "checkpoint-then-evict, no rules), hint (all rules on), hint-defrag (hint with moves of small high\n"
     "jobs), hint-nodefrag (= hint), hint-ckpt (hint, every victim checkpoints on\n"
     "request), hint-refill (hint + keep the reserved headroom free by background checkpoint-then-evict).\n"
-    "--naive: victims exit at once on SIGTERM (no save); --grace: terminationGracePeriodSeconds.\n"
+    "--naive: victims exit at once on SIGTERM (no save); --grace: terminationGracePeriodSeconds;\n"
+    "--restart-delay: a preempted job is back in the queue S s after its GPUs are free (SLURM: ~cred_expire + 1).\n"
     "--json OUT.json: every metric per policy and its bill; --capacity-p95 S: fewest nodes keeping the high p95 wait <= S.\n";
 
 struct Args {
@@ -206,6 +207,9 @@ int Simulate(const Args& a) {
   so.grace_period_s = a.num("grace", so.grace_period_s);
   so.sigterm_saves = !a.has("naive");
   if (so.grace_period_s < 0) return Fail(Status(StatusCode::kInvalidArgument, "--grace: must be >= 0 (0 = sized)"));
+  so.restart_delay_s = a.num("restart-delay", 0);
+  if (!(so.restart_delay_s >= 0 && so.restart_delay_s <= 86400))
+    return Fail(Status(StatusCode::kInvalidArgument, "--restart-delay: seconds in [0, 86400]"));
   so.progress_every_s = a.num("progress", 5);
   if (!(so.progress_every_s >= 0 && so.progress_every_s <= 86400))
     return Fail(Status(StatusCode::kInvalidArgument, "--progress: seconds in [0, 86400] (0 = off)"));
@@ -303,8 +307,8 @@ int Run(const Args& a) {
 bool KnownFlags(const Args& a) {
   static const std::map<std::string, std::vector<std::string>> flags = {
       {"simulate", {"trace", "alibaba-dir", "alibaba-gpus", "alibaba-overload", "seed", "jobs", "nodes", "gpus-per-node",
-                    "load", "policies", "policy-json", "grace", "naive", "csv", "json", "write-trace", "progress",
-                    "capacity-p95"}},
+                    "load", "policies", "policy-json", "grace", "naive", "restart-delay", "csv", "json", "write-trace",
+                    "progress", "capacity-p95"}},
       {"plan", {"snapshot", "k8s", "k8s-nodes", "gpus-per-node", "now", "policy", "policy-json", "json"}},
       {"run", {"spec", "slots", "work-dir", "events", "timeout"}},
   };

@@ -71,7 +71,7 @@ struct SimJob {
   }
 };
 
-enum class EvType { kArrival = 0, kFinish = 1, kCkptDone = 2, kEvictDone = 3, kWake = 4 };
+enum class EvType { kArrival = 0, kFinish = 1, kCkptDone = 2, kEvictDone = 3, kWake = 4, kRequeued = 5 };
 struct Event {
   double time;
   uint64_t seq;

@@ -50,6 +50,7 @@ class Simulation final : public Executor {
   SimMetrics& m_;
   int total_gpus_ = 0;
   std::vector<SimJob> sj_;
+  std::unordered_map<int, Job> parked_;  // preempted, back in the queue after restart_delay_s
   ClusterState cs_;
   std::vector<int> used_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> q_;
@@ -189,7 +190,23 @@ void Simulation::handle(const Event& e) {
         s->last_preempted = now_;
         s->preemptions++;
         m_.preemptions++;
+        if (opt_.restart_delay_s > 0) {  // out of the queue until it may restart
+          Job parked = j;
+          deactivate(e.job);
+          parked_.emplace(e.job, std::move(parked));
+          push(now_ + opt_.restart_delay_s, EvType::kRequeued, e.job, s->gen);
+          break;
+        }
       }
+      reindex(s->active);
+      break;
+    }
+    case EvType::kRequeued: {
+      auto it = parked_.find(e.job);
+      if (it == parked_.end()) break;
+      s->active = static_cast<int>(cs_.jobs.size());
+      cs_.jobs.push_back(std::move(it->second));
+      parked_.erase(it);
       reindex(s->active);
       break;
     }
@@ -275,6 +292,21 @@ Status Simulation::start(const Job& j, const JobAction& a) {
 Status Simulation::request_checkpoint(const Job& j, int64_t request_id, const JobAction& a) {
   const int i = static_cast<int>(j.user);
   SimJob& s = sj_[i];
+  m_.checkpoint_requests++;
+  // A save in flight answers the request (the runtime does not queue a second one behind it):
+  // a requested one, or the periodic save of progress c while progress is in [c, c + persist).
+  if (s.extra_time < kSimInf && s.extra_time > now_) return Status::OK();
+  const double interval = s.t->ckpt_interval_s, persist = s.t->ckpt_persist_s;
+  if (interval > 0 && persist > 0) {
+    const double p = s.progress(now_);
+    const double c = std::floor(p / interval) * interval;
+    if (c > s.p0 && p < c + persist) {
+      s.extra_progress = c;
+      s.extra_time = s.time_at(c + persist);
+      push(s.extra_time, EvType::kCkptDone, i, s.gen);
+      return Status::OK();
+    }
+  }
   // The in-flight step drains, the snapshot is taken at its end, training pauses for the stall
   // (copy to staging) and continues while the snapshot persists.
   double snap = now_ + s.t->ckpt_drain_s;
@@ -286,7 +318,6 @@ Status Simulation::request_checkpoint(const Job& j, int64_t request_id, const Jo
     push(s.time_at(s.t->duration_s), EvType::kFinish, i, s.gen);  // the stall delays the end
   }
   push(s.extra_time, EvType::kCkptDone, i, s.gen);
-  m_.checkpoint_requests++;
   return Status::OK();
 }
 
@@ -428,6 +459,9 @@ void Simulation::progress(bool last) {
 
 Status Simulate(const Trace& trace, const PolicyOptions& policy, const SimOptions& opt, SimResult* out) {
   PREEMPT_RETURN_IF_ERROR(ValidateTrace(trace));
+  if (!(opt.restart_delay_s >= 0 && opt.restart_delay_s <= 86400))
+    return Status(StatusCode::kInvalidArgument,
+                  "simulate: restart_delay_s must be in [0, 86400] s, got " + std::to_string(opt.restart_delay_s));
   SimResult res;
   Simulation sim(trace, policy, opt, &res);
   sim.run();

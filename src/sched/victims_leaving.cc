@@ -45,6 +45,12 @@ Awaiting EvictCheckpointedVictims(PassState* pass) {
     }
     // FCFS never preempts: a job asked to checkpoint under another policy keeps running.
     if (v.phase != JobPhase::kCheckpointing || p.cfg.kind == PolicyKind::kFcfs) continue;
+    // Its preemptor started elsewhere (or left) before the commit: evicting it would free GPUs
+    // nobody was promised. (A victim without a preemptor frees headroom: evicted as planned.)
+    if (for_index < 0 && !v.preemptor.empty()) {
+      p.out.kept.push_back(i);
+      continue;
+    }
     const bool acked = v.hints && v.hints->request_ack >= v.request_id;
     const double deadline = v.request_time + p.cfg.checkpoint_deadline_s;
     if (!acked && p.now < deadline) {

@@ -78,6 +78,11 @@ class SlurmExecutor final : public Executor {
     return Status::OK();
   }
 
+  void keep(const Job& j) override {
+    events_->push_back({NowUnix(), "keep", j.id,
+                        "its preemptor " + j.preemptor + " no longer waits: keeps running, not requeued"});
+  }
+
  private:
   Status report(const std::string& job, Status s) {
     if (!s.ok()) events_->push_back({NowUnix(), "error", job, s.to_string()});

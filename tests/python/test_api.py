@@ -346,3 +346,45 @@ def test_rank0_publishes_hints(tmp_path):
     h = json.loads(_C.read_hints_json(hints))
     assert (h["state"], h["step"], h["last_commit"]["step"], h["lost_work_s"]) == ("stopped", 4, 4, 0)
     rt.close()
+
+
+def test_scheduler_checkpoint_request_is_answered_and_not_redone_after_resume(tmp_path):
+    import json
+    hints = str(tmp_path / "hints.json")
+    request = _C.request_path_for(hints)
+
+    def published():
+        return json.loads(_C.read_hints_json(hints))
+
+    def runtime():
+        model = make_model()
+        rt = preempt.Runtime(tmp_path / "ck", hints_path=hints, job="job-8")  # no periodic saves
+        rt.track("model", model)
+        return rt
+
+    rt = runtime()
+    assert rt.restore() == 0
+    assert rt.step_end(0) == preempt.CONTINUE
+    _C.write_checkpoint_request(request, 1)
+    time.sleep(0.02)  # past the channel's 5 ms poll interval
+    assert rt.step_end(1) == preempt.CHECKPOINT
+    rt.wait()
+    h = published()
+    assert (h["request_ack"], h["last_commit"]["step"]) == (1, 2)
+    time.sleep(0.02)
+    assert rt.step_end(2) == preempt.CONTINUE  # answered once
+    rt.close()
+
+    rt = runtime()  # resumed from the commit that answered request 1: not redone
+    assert rt.restore() == 2
+    time.sleep(0.02)
+    assert rt.step_end(2) == preempt.CONTINUE
+    assert published()["request_ack"] == 1
+    _C.write_checkpoint_request(request, 2)
+    time.sleep(0.02)
+    assert rt.step_end(3) == preempt.CHECKPOINT
+    rt.wait()
+    assert published()["request_ack"] == 2
+    with pytest.raises(_C.InvalidArgumentError, match="id must be > 0"):
+        _C.write_checkpoint_request(request, 0)
+    rt.close()

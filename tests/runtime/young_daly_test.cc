@@ -1,13 +1,19 @@
 // In-process checks of the runtime: the adaptive checkpoint interval (Young/Daly:
-// sqrt(2 · cost · MTBP), clamped) and the update fence of overlapped checkpoints.
+// sqrt(2 · cost · MTBP), clamped), the update fence of overlapped checkpoints, and checkpoint
+// requests that arrive while a save is in flight.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 
 #include <torch/torch.h>
 
+#include "preempt/hints.h"
 #include "preempt/runtime.h"
+#include "support/fault_fs.h"
 #include "support/test_util.h"
 
 namespace preempt {
@@ -129,6 +135,127 @@ TEST(RuntimeFence, NoFenceNoOverlap) {
   ASSERT_TRUE(rt.wait().ok());
   EXPECT_EQ(rt.stats().checkpoints_started, 2);
   EXPECT_EQ(rt.stats().checkpoints_overlapped, 0);
+}
+
+// Holds every file open of the store once armed, until released: a save stays in flight for as
+// long as the test needs.
+class OpenGate {
+ public:
+  void attach(testing::FaultInjectingFileSystem* fs) {
+    fs->on_open = [this](const std::string&) {
+      std::unique_lock<std::mutex> l(mu_);
+      if (!armed_) return;
+      reached_ = true;
+      cv_.notify_all();
+      cv_.wait(l, [this] { return !armed_; });
+    };
+  }
+  void arm() {
+    std::lock_guard<std::mutex> l(mu_);
+    armed_ = true;
+    reached_ = false;
+  }
+  bool wait_reached() {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, std::chrono::seconds(60), [this] { return reached_; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> l(mu_);
+    armed_ = false;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool armed_ = false, reached_ = false;
+};
+
+struct RequestJob {
+  testing::TempDir dir;
+  testing::FaultInjectingFileSystem fs;
+  OpenGate gate;
+  ::torch::nn::Linear net{16, 16};
+  ::torch::optim::SGD opt{net->parameters(), ::torch::optim::SGDOptions(0.1)};
+  std::string hints;
+
+  RequestJob() : hints(dir.path() + "/hints.json") { gate.attach(&fs); }
+  RuntimeOptions options() {
+    RuntimeOptions ro = FenceOptions(dir.path() + "/ck");
+    ro.every_steps = 2;
+    ro.hints_path = hints;
+    ro.store.fs = &fs;
+    return ro;
+  }
+  void request(int64_t id) {
+    ASSERT_TRUE(WriteCheckpointRequest(RequestPathFor(hints), CheckpointRequest{id, "checkpoint"}).ok());
+    usleep(20000);  // past the channel's 5 ms poll interval
+  }
+  Hints published() {
+    Hints h;
+    EXPECT_TRUE(ReadHints(hints, &h).ok());
+    return h;
+  }
+};
+
+// A request that arrives while a periodic save persists is acknowledged by that save's commit;
+// no second save is queued behind it. A job resumed from that commit does not redo the request.
+TEST(RuntimeRequests, ASaveInFlightAnswersTheRequest) {
+  RequestJob job;
+  {
+    Runtime rt(job.options());
+    rt.track("model", *job.net);
+    rt.track("optim", job.opt);
+    ASSERT_EQ(rt.restore(), 0);
+    EXPECT_EQ(rt.step_end(0), Action::kContinue);
+    job.gate.arm();
+    EXPECT_EQ(rt.step_end(1), Action::kCheckpoint);  // step 2's save, held at its first file
+    ASSERT_TRUE(job.gate.wait_reached());
+    job.request(1);
+    EXPECT_EQ(rt.step_end(2), Action::kContinue);
+    EXPECT_EQ(rt.stats().checkpoints_started, 1);
+    EXPECT_EQ(job.published().request_ack, 0);  // not before the commit
+    job.gate.release();
+    ASSERT_TRUE(rt.wait().ok());
+    Hints h = job.published();
+    EXPECT_EQ(h.request_ack, 1);
+    EXPECT_EQ(h.last_commit.step, 2);
+  }
+  Runtime rt(job.options());
+  rt.track("model", *job.net);
+  rt.track("optim", job.opt);
+  ASSERT_EQ(rt.restore(), 2);
+  usleep(20000);
+  EXPECT_EQ(rt.step_end(2), Action::kContinue);  // request 1 predates the commit resumed from
+  EXPECT_EQ(rt.stats().checkpoints_started, 0);
+  EXPECT_EQ(job.published().request_ack, 1);
+  job.request(2);  // a new request is answered by a new save
+  EXPECT_EQ(rt.step_end(4), Action::kCheckpoint);
+  ASSERT_TRUE(rt.wait().ok());
+  EXPECT_EQ(job.published().request_ack, 2);
+}
+
+// When the save that was answering a request fails, the request gets a new checkpoint.
+TEST(RuntimeRequests, AFailedSaveInFlightLeavesTheRequestOpen) {
+  RequestJob job;
+  Runtime rt(job.options());
+  rt.track("model", *job.net);
+  rt.track("optim", job.opt);
+  ASSERT_EQ(rt.restore(), 0);
+  EXPECT_EQ(rt.step_end(0), Action::kContinue);
+  job.gate.arm();
+  EXPECT_EQ(rt.step_end(1), Action::kCheckpoint);
+  ASSERT_TRUE(job.gate.wait_reached());
+  job.request(1);
+  EXPECT_EQ(rt.step_end(2), Action::kContinue);
+  job.fs.fail_sync = true;
+  job.gate.release();
+  EXPECT_FALSE(rt.wait().ok());
+  EXPECT_EQ(job.published().request_ack, 0);
+  job.fs.fail_sync = false;
+  EXPECT_EQ(rt.step_end(2), Action::kCheckpoint);  // not a periodic step: the open request
+  ASSERT_TRUE(rt.wait().ok());
+  EXPECT_EQ(job.published().request_ack, 1);
 }
 
 }  // namespace

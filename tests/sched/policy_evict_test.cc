@@ -47,6 +47,33 @@ TEST(Policy, CheckpointingVictimIsEvictedAfterAckOrDeadline) {
   }
 }
 
+// A victim asked to checkpoint for a preemptor that has since started on other GPUs (or left) is
+// kept, not evicted, even after its commit; one without a preemptor (headroom) is still evicted.
+TEST(Policy, CheckpointingVictimIsKeptWhenItsPreemptorNoLongerWaits) {
+  struct Case {
+    const char* name;
+    const char* preemptor;  // "" = none (background headroom)
+    bool preemptor_runs;
+    bool kept;
+  } cases[] = {{"preemptor started elsewhere", "hi", true, true},
+               {"preemptor gone", "hi", false, true},
+               {"no preemptor: headroom", "", false, false}};
+  for (const auto& c : cases) {
+    B b({2});
+    Job& v = b.run("v", L, 1, 0, 3600, MakeHints(1));
+    v.phase = JobPhase::kCheckpointing;
+    v.request_id = 7;
+    v.request_time = kNow - 5;
+    v.preemptor = c.preemptor;
+    v.hints->request_ack = 7;  // committed
+    if (c.preemptor_runs) b.run("hi", H, 1, 0, 3600, MakeHints(1));
+    Decisions d = Decide(b.st, Hint());
+    const bool kept = d.kept.size() == 1 && b.st.jobs[d.kept[0]].id == "v";
+    EXPECT_EQ(kept, c.kept) << c.name << Dump(d);
+    EXPECT_EQ(find(d, "v") == nullptr, c.kept) << c.name << Dump(d);
+  }
+}
+
 TEST(Policy, PreemptorWaitsForItsVictimsThenStarts) {
   B b({2});
   Job& v = b.run("v", L, 1, 0, 3600, MakeHints(1));

@@ -128,6 +128,9 @@ TEST(Simulator, LostWorkModel) {
       {"k8s, grace sized from hints (1.5 x 10 + 10)", KubernetesPolicy(), true, 0, 2500, 39, 2510, 0},
       {"hint: SIGTERM, saves in grace", HintAwareNoRulesPolicy(), true, 30, 2500, 39, 2510, 0},
       {"hint checkpoint-first, killed after the commit", ckpt, true, 30, 2500, 39, 2510, 1},
+      // At 2003 the periodic save of 2000 persists until 2008: it answers the request (no second
+      // save behind it); killed at 2008, low loses 8 s + the restore.
+      {"hint checkpoint-first during a periodic save: that save answers", ckpt, true, 30, 2003, 38, 2008, 1},
       {"hint, naive victim: checkpoint first", HintAwareNoRulesPolicy(), false, 30, 2500, 39, 2510, 1},
       // 500 s uncommitted is worth more than the save (9 s) and the preemptor's wait (10 s on 1 GPU).
       {"hint, tolerable wait = grace, save outlasts 5 s grace, worth it: checkpoint first", tol_grace, true, 5, 2500,
@@ -168,6 +171,41 @@ TEST(Simulator, LostWorkModel) {
     EXPECT_NEAR(attributed, c.high_start - c.high_submit, 1e-6) << c.name;
     EXPECT_NEAR(r.metrics.high_wait_cause_s[0], c.high_start - c.high_submit, 1e-6) << c.name;
   }
+}
+
+// restart_delay_s: a preempted job is back in the queue only that long after its GPUs are free
+// (SLURM's begin time for a requeued job), even when GPUs are free earlier.
+TEST(Simulator, RestartDelayKeepsAPreemptedJobOutOfTheQueue) {
+  Trace t;
+  t.name = "delay";
+  t.nodes = {{"n", 2}};
+  TraceJob low = TenThousandSecondLowJob();
+  TraceJob high = low;
+  high.id = "high";
+  high.cls = PriorityClass::kHigh;
+  high.gpus = 2;
+  high.submit = 2500;
+  high.duration_s = 10;
+  t.jobs = {low, high};
+  double finish[2];
+  const double delays[2] = {0, 30};
+  for (int k = 0; k < 2; ++k) {
+    SimOptions o;
+    o.eviction_latency_s = 0;
+    o.restart_delay_s = delays[k];
+    SimResult r;
+    ASSERT_TRUE(Simulate(t, KubernetesPolicy(), o, &r).ok());
+    EXPECT_TRUE(r.violations.empty()) << r.violations[0];
+    EXPECT_EQ(r.metrics.preemptions, 1);
+    EXPECT_NEAR(r.first_start[1], 2510, 1e-6);  // low saved in its grace (10 s)
+    finish[k] = r.finish[0];
+  }
+  // Without a delay low restarts when high ends (2520); with 30 s, at 2510 + 30 = 2540.
+  EXPECT_NEAR(finish[1] - finish[0], 20, 1e-6);
+  SimOptions bad;
+  bad.restart_delay_s = -1;
+  SimResult r;
+  EXPECT_EQ(Simulate(t, KubernetesPolicy(), bad, &r).code(), StatusCode::kInvalidArgument);
 }
 
 // A requested checkpoint pauses training for its stall: a victim that finishes before its commit
@@ -590,7 +628,9 @@ TEST(Simulator, CapacityBisectsOverNodes) {
     return r.metrics.high_wait_p95_s;
   };
   EXPECT_DOUBLE_EQ(p95_on(c.nodes), c.high_p95_s);
-  if (c.nodes > 1) EXPECT_GT(p95_on(c.nodes - 1), 30);
+  if (c.nodes > 1) {
+    EXPECT_GT(p95_on(c.nodes - 1), 30);
+  }
   EXPECT_EQ(FindCapacity(t, k8s, SimOptions(), 30, 4, &c).code(), StatusCode::kInvalidArgument);  // 8-GPU jobs
 }
 

@@ -167,6 +167,10 @@ struct WaitEstimate {  // for each high-priority job still pending after this pa
 struct Decisions {
   std::vector<JobAction> actions;
   std::vector<WaitEstimate> waits;
+  // Checkpointing victims (indices into ClusterState::jobs) whose preemptor no longer waits (it
+  // started on other GPUs, or left): they keep running instead of being evicted; the checkpoint
+  // they were asked for still commits. A later pass may choose them again, then cheap to evict.
+  std::vector<int> kept;
   // Earliest future time at which a rule that blocked something now stops blocking it
   // (cooldown end, min-runtime end, budget window, checkpoint deadline); +inf if none.
   double recheck_at = std::numeric_limits<double>::infinity();

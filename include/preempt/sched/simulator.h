@@ -7,7 +7,9 @@
 // commit pays `restore_s` of GPU time first. Checkpoint-then-evict: the in-flight step drains
 // (drain), the snapshot is taken, training pauses for the stall and goes on while the snapshot
 // persists; the commit is durable after persist, then the job is evicted (losing the stall and the
-// progress made while persisting). Periodic checkpoints' stalls are not modelled (the same for
+// progress made while persisting). A request that arrives while a save persists (periodic or
+// requested) is answered by that save's commit, as the runtime does. Periodic checkpoints' stalls
+// are not modelled (the same for
 // every policy). Eviction is the same for every policy, as in Kubernetes: a
 // victim gets SIGTERM and its termination grace period (SimOptions: sized from its hints, as
 // examples/k8s does, or one fixed value). A preempt-aware job (SimOptions::sigterm_saves) stops
@@ -112,6 +114,9 @@ struct SimProgress {
 
 struct SimOptions {
   double eviction_latency_s = 1.0;  // process teardown after exit/kill until the GPUs are free
+  // A preempted job is back in the queue this long after its GPUs are free (0: at once). SLURM
+  // gives a requeued job a begin time of about cred_expire + 1 s later, plus a scheduling pass.
+  double restart_delay_s = 0;
   // Workload: true = jobs run the preempt runtime and save inside their grace period on SIGTERM;
   // false = naive jobs that exit at once on SIGTERM, losing their uncommitted work.
   bool sigterm_saves = true;
