@@ -7,6 +7,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <mutex>
 
 #include <torch/torch.h>
@@ -196,6 +197,24 @@ struct RequestJob {
     EXPECT_TRUE(ReadHints(hints, &h).ok());
     return h;
   }
+  std::unique_ptr<Runtime> runtime() {
+    auto rt = std::make_unique<Runtime>(options());
+    rt->track("model", *net);
+    rt->track("optim", opt);
+    return rt;
+  }
+  // A fresh job with step 2's save held open at its first file and request 1 written during it.
+  void request_during_a_save(Runtime* rt) {
+    ASSERT_EQ(rt->restore(), 0);
+    EXPECT_EQ(rt->step_end(0), Action::kContinue);
+    gate.arm();
+    EXPECT_EQ(rt->step_end(1), Action::kCheckpoint);
+    ASSERT_TRUE(gate.wait_reached());
+    request(1);
+    EXPECT_EQ(rt->step_end(2), Action::kContinue);  // no second save queued behind it
+    EXPECT_EQ(rt->stats().checkpoints_started, 1);
+    EXPECT_EQ(published().request_ack, 0);  // not before the commit
+  }
 };
 
 // A request that arrives while a periodic save persists is acknowledged by that save's commit;
@@ -203,58 +222,38 @@ struct RequestJob {
 TEST(RuntimeRequests, ASaveInFlightAnswersTheRequest) {
   RequestJob job;
   {
-    Runtime rt(job.options());
-    rt.track("model", *job.net);
-    rt.track("optim", job.opt);
-    ASSERT_EQ(rt.restore(), 0);
-    EXPECT_EQ(rt.step_end(0), Action::kContinue);
-    job.gate.arm();
-    EXPECT_EQ(rt.step_end(1), Action::kCheckpoint);  // step 2's save, held at its first file
-    ASSERT_TRUE(job.gate.wait_reached());
-    job.request(1);
-    EXPECT_EQ(rt.step_end(2), Action::kContinue);
-    EXPECT_EQ(rt.stats().checkpoints_started, 1);
-    EXPECT_EQ(job.published().request_ack, 0);  // not before the commit
+    auto rt = job.runtime();
+    job.request_during_a_save(rt.get());
     job.gate.release();
-    ASSERT_TRUE(rt.wait().ok());
+    ASSERT_TRUE(rt->wait().ok());
     Hints h = job.published();
     EXPECT_EQ(h.request_ack, 1);
     EXPECT_EQ(h.last_commit.step, 2);
   }
-  Runtime rt(job.options());
-  rt.track("model", *job.net);
-  rt.track("optim", job.opt);
-  ASSERT_EQ(rt.restore(), 2);
+  auto rt = job.runtime();
+  ASSERT_EQ(rt->restore(), 2);
   usleep(20000);
-  EXPECT_EQ(rt.step_end(2), Action::kContinue);  // request 1 predates the commit resumed from
-  EXPECT_EQ(rt.stats().checkpoints_started, 0);
+  EXPECT_EQ(rt->step_end(2), Action::kContinue);  // request 1 predates the commit resumed from
+  EXPECT_EQ(rt->stats().checkpoints_started, 0);
   EXPECT_EQ(job.published().request_ack, 1);
   job.request(2);  // a new request is answered by a new save
-  EXPECT_EQ(rt.step_end(4), Action::kCheckpoint);
-  ASSERT_TRUE(rt.wait().ok());
+  EXPECT_EQ(rt->step_end(4), Action::kCheckpoint);
+  ASSERT_TRUE(rt->wait().ok());
   EXPECT_EQ(job.published().request_ack, 2);
 }
 
 // When the save that was answering a request fails, the request gets a new checkpoint.
 TEST(RuntimeRequests, AFailedSaveInFlightLeavesTheRequestOpen) {
   RequestJob job;
-  Runtime rt(job.options());
-  rt.track("model", *job.net);
-  rt.track("optim", job.opt);
-  ASSERT_EQ(rt.restore(), 0);
-  EXPECT_EQ(rt.step_end(0), Action::kContinue);
-  job.gate.arm();
-  EXPECT_EQ(rt.step_end(1), Action::kCheckpoint);
-  ASSERT_TRUE(job.gate.wait_reached());
-  job.request(1);
-  EXPECT_EQ(rt.step_end(2), Action::kContinue);
+  auto rt = job.runtime();
+  job.request_during_a_save(rt.get());
   job.fs.fail_sync = true;
   job.gate.release();
-  EXPECT_FALSE(rt.wait().ok());
+  EXPECT_FALSE(rt->wait().ok());
   EXPECT_EQ(job.published().request_ack, 0);
   job.fs.fail_sync = false;
-  EXPECT_EQ(rt.step_end(2), Action::kCheckpoint);  // not a periodic step: the open request
-  ASSERT_TRUE(rt.wait().ok());
+  EXPECT_EQ(rt->step_end(2), Action::kCheckpoint);  // not a periodic step: the open request
+  ASSERT_TRUE(rt->wait().ok());
   EXPECT_EQ(job.published().request_ack, 1);
 }
 
