@@ -222,7 +222,8 @@ struct CapacityReport {
 Status FindCapacity(const Trace& trace, const PolicyOptions& policy, const SimOptions& opt, double target_p95_s,
                     int gpus_per_node, CapacityReport* out);
 
-// Metrics as CSV header + row, and a fixed-width table.
+// Metrics as CSV header + row (ending in the bill: bill_cost, the total, and bill_by_queue,
+// "queue=cost;..."), and a fixed-width table.
 std::string MetricsCsvHeader();
 std::string MetricsCsvRow(const std::string& trace, const SimMetrics& m);
 std::string MetricsTable(const std::string& trace, const std::vector<SimMetrics>& rows);
