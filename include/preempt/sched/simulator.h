@@ -135,6 +135,9 @@ struct SimOptions {
   bool indexed = true;
   // Called from the simulating thread every progress_every_s of wall time and once at the end.
   std::function<void(const SimProgress&)> progress;
+  // Called after every Decide() with the state it saw and what it decided (before they are
+  // executed): for analyses of a policy's choices (which victims, how they leave).
+  std::function<void(const ClusterState&, const Decisions&)> on_decisions;
   double progress_every_s = 5;
 };
 
