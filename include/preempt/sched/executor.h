@@ -60,7 +60,9 @@ class Executor {
 
 // The lifecycle transition for one action already carried out at `now`: kStart places the job
 // (kRunning on action.node, start_time = now, hints and move cleared); kRequestCheckpoint makes it
-// kCheckpointing with `request_id`, promised to action.for_job; kEvict makes it kEvicting. A victim
+// kCheckpointing with `request_id`, promised to action.for_job; kEvict makes it kEvicting;
+// kWithdraw makes a kCheckpointing job kRunning again, promised to nobody (no Executor call: the
+// job commits as it was asked and keeps training). A victim
 // leaving kRunning is recorded in ClusterState::history (the per-queue budget), a move remembers
 // its destination in Job::move_to. `request_id` is used by kRequestCheckpoint only.
 void ApplyDecision(const JobAction& action, double now, int64_t request_id, ClusterState* state);

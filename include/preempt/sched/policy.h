@@ -105,6 +105,10 @@ enum class ActionKind {
   kStart,                // place `job` on `node`
   kRequestCheckpoint,    // victim: write a checkpoint request; evict once it is committed
   kEvict,                // victim: SIGTERM now (its checkpoint is durable, or evict-now policy)
+  // A victim asked to checkpoint is not evicted after all: the job it was checkpointing for
+  // (`for_job`) starts elsewhere now. It keeps running; its requested checkpoint is an ordinary
+  // commit (nothing is sent to it).
+  kWithdraw,
 };
 const char* ActionKindName(ActionKind k);
 
