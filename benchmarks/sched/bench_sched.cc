@@ -5,13 +5,14 @@
 //               [--reps N] [--quick]
 //               [--csv OUT.csv] [--json OUT.json] [--png OUT.png]
 //               [--grace S] [--naive] [--policies a,b,...]
-//               [--protocol tuning|evaluation|both|off] [--protocol-only] [--protocol-policy NAME]
-//               [--policy-json JSON]
+//               [--protocol tuning|development|evaluation|both|off] [--protocol-only] [--protocol-policy NAME]
+//               [--policy-json JSON] [--no-capacity]
 //
-// First the evaluation protocol (eval_protocol.h): the declared tuning and evaluation sets, each
+// First the evaluation protocol (eval_protocol.h): the declared tuning and evaluation sets (or the
+// development set, --protocol development), each
 // trace with k8s, k8s+runtime and the policy under test (default "hint", --policy-json overrides
-// its fields), the count of traces meeting each target, and the capacity report; --protocol-only
-// stops there.
+// its fields), the count of traces meeting each target, and the capacity report (--no-capacity
+// skips it); --protocol-only stops there.
 //
 // Every trace runs twice, with the same eviction mechanics for every policy (docs/sched.md,
 // "Eviction model"): SIGTERM with the Kubernetes default 30 s grace period, and with a grace
@@ -355,7 +356,7 @@ int main(int argc, char** argv) {
   int jobs = 2000, seeds = 1, reps = 50, sweep_seeds = 20;
   // The evaluation protocol (eval_protocol.h): which sets, the policy under test, overrides.
   std::string protocol = "both", protocol_policy = "hint", policy_json;
-  bool protocol_only = false;
+  bool protocol_only = false, capacity = true;
   // Alibaba cluster sizes: 1.3 -> 7 nodes, 1.5 -> 6, 2.0 -> 5, 2.2 -> 4 (peak demand 70 GPUs).
   std::vector<double> overloads = {1.3, 1.5, 2.0, 2.2};
   bool grace_set = false;
@@ -406,12 +407,15 @@ int main(int argc, char** argv) {
     }
     else if (a == "--protocol") {
       protocol = next();
-      if (protocol != "tuning" && protocol != "evaluation" && protocol != "both" && protocol != "off") {
-        fprintf(stderr, "bench_sched: --protocol: '%s' is not tuning, evaluation, both or off\n", protocol.c_str());
+      if (protocol != "tuning" && protocol != "development" && protocol != "evaluation" && protocol != "both" &&
+          protocol != "off") {
+        fprintf(stderr, "bench_sched: --protocol: '%s' is not tuning, development, evaluation, both or off\n",
+                protocol.c_str());
         return 2;
       }
     }
     else if (a == "--protocol-only") protocol_only = true;
+    else if (a == "--no-capacity") capacity = false;
     else if (a == "--protocol-policy") protocol_policy = next();
     else if (a == "--policy-json") policy_json = next();
     else if (a == "--jobs") jobs = std::atoi(next().c_str());
@@ -429,8 +433,8 @@ int main(int argc, char** argv) {
     else {
       fprintf(stderr, "usage: bench_sched [--alibaba DIR] [--alibaba-overloads X,Y] [--jobs N] [--seeds N] [--sweep-seeds N] [--reps N] [--quick] [--csv F] [--json F] "
                       "[--png F] [--grace S] [--naive] [--policies a,b]\n"
-                      "                   [--protocol tuning|evaluation|both|off] [--protocol-only] [--protocol-policy NAME] "
-                      "[--policy-json JSON]\n");
+                      "                   [--protocol tuning|development|evaluation|both|off] [--protocol-only] [--protocol-policy NAME] "
+                      "[--policy-json JSON] [--no-capacity]\n");
       return 2;
     }
   }
@@ -454,7 +458,7 @@ int main(int argc, char** argv) {
       }
       name += "+overrides";
     }
-    Status s = bench::RunSets(protocol, have_alibaba ? alibaba : "", name, under_test, &protocol_json,
+    Status s = bench::RunSets(protocol, have_alibaba ? alibaba : "", name, under_test, capacity, &protocol_json,
                               &protocol_targets);
     if (!s.ok()) {
       fprintf(stderr, "bench_sched: %s\n", s.to_string().c_str());

@@ -190,6 +190,39 @@ Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
   return Status::OK();
 }
 
+Status DevelopmentSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  out->clear();
+  if (!dir.empty()) {
+    const struct {
+      const char* label;
+      AlibabaVariant v;
+    } ali[] = {
+        {"dev-ali-multi50-s61-x1.5", {0.5, 0, 1, 1, 61, 1.5}},
+        {"dev-ali-multi50-s62-x2.0", {0.5, 0, 1, 1, 62, 2.0}},
+        {"dev-ali-multi35-s63-x1.8", {0.35, 0, 1, 1, 63, 1.8}},
+        {"dev-ali-multi25-s64-x1.5", {0.25, 0, 1, 1, 64, 1.5}},
+        {"dev-ali-medium30-s65-x1.8", {0, 0.3, 1, 1, 65, 1.8}},
+        {"dev-ali-keep70-s66-x2.0", {0, 0, 1, 0.7, 66, 2.0}},
+        {"dev-ali-rate1.25-keep80-s67-x1.5", {0, 0, 1.25, 0.8, 67, 1.5}},
+        {"dev-ali-multi50-medium30-s68-x1.7", {0.5, 0.3, 1, 1, 68, 1.7}},
+    };
+    for (const auto& a : ali) PREEMPT_RETURN_IF_ERROR(AddAlibaba(dir, a.label, a.v, out));
+  }
+  const struct {
+    uint64_t seed;
+    int nodes;
+    double load, high;
+  } syn[] = {{201, 16, 1.2, 0.2}, {202, 8, 1.4, 0.3}, {203, 24, 1.1, 0.15},
+             {204, 12, 1.3, 0.25}, {205, 16, 1.0, 0.35}, {206, 20, 1.5, 0.1}};
+  for (const auto& s : syn) {
+    char label[64];
+    snprintf(label, sizeof label, "dev-syn-s%llu-n%d-l%.1f-h%.0f", static_cast<unsigned long long>(s.seed), s.nodes,
+             s.load, 100 * s.high);
+    AddSynthetic(label, s.seed, 1500, s.nodes, s.load, s.high, out);
+  }
+  return Status::OK();
+}
+
 TargetResult CheckProtocolTargets(const SimMetrics& h, const SimMetrics& k, const SimMetrics& r) {
   TargetResult t;
   t.lost_vs_k8s = k.lost_gpu_hours > 0 ? 1 - h.lost_gpu_hours / k.lost_gpu_hours : 0;
@@ -305,16 +338,19 @@ Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& 
 }
 
 Status RunSets(const std::string& which, const std::string& alibaba_dir, const std::string& name,
-               const PolicyOptions& policy, std::string* json, std::vector<std::string>* targets) {
+               const PolicyOptions& policy, bool capacity_report, std::string* json,
+               std::vector<std::string>* targets) {
   const SimOptions sim;  // one eviction model for all three policies
   std::string protocol, capacity = "null";
-  for (const std::string set : {"tuning", "evaluation"}) {
-    if (which != "both" && which != set) continue;
+  for (const std::string set : {"tuning", "development", "evaluation"}) {
+    if (which != set && !(which == "both" && set != "development")) continue;
     std::vector<ProtocolTrace> traces;
-    PREEMPT_RETURN_IF_ERROR(set == "tuning" ? TuningSet(alibaba_dir, &traces) : EvaluationSet(alibaba_dir, &traces));
+    PREEMPT_RETURN_IF_ERROR(set == "tuning"        ? TuningSet(alibaba_dir, &traces)
+                            : set == "development" ? DevelopmentSet(alibaba_dir, &traces)
+                                                   : EvaluationSet(alibaba_dir, &traces));
     if (!protocol.empty()) protocol += ",";
     PREEMPT_RETURN_IF_ERROR(RunProtocol(set, traces, name, policy, sim, &protocol, targets));
-    if (set != "tuning") continue;
+    if (set != "tuning" || !capacity_report) continue;
     std::vector<ProtocolTrace> alibaba;  // capacity: a few simulations per trace
     for (const ProtocolTrace& t : traces)
       if (t.trace.name.find("-ali-") != std::string::npos) alibaba.push_back(t);

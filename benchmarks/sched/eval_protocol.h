@@ -32,6 +32,10 @@ struct ProtocolTrace {
 // (and the set is reported as incomplete).
 Status TuningSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 Status EvaluationSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
+// A development set: more traces of the same kinds with seeds used by neither set above, to check
+// that a change chosen on the tuning set generalises before the evaluation set is run (settings
+// may be chosen on it as on the tuning set; the targets are still reported on the evaluation set).
+Status DevelopmentSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 
 // The targets on one trace: the policy under test against the two baselines.
 struct TargetResult {
@@ -58,11 +62,13 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
 Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& name, const PolicyOptions& policy,
                    const SimOptions& sim, std::string* json);
 
-// Runs the sets named by `which` ("tuning", "evaluation" or "both") with the policy under test
+// Runs the sets named by `which` ("tuning", "development", "evaluation", or "both": tuning and
+// evaluation) with the policy under test
 // and SimOptions' defaults (30 s grace, victims run the preempt runtime): the protocol per set, and
-// the capacity report for the tuning set's Alibaba traces. Writes
+// the capacity report for the tuning set's Alibaba traces (unless !capacity_report). Writes
 // `,"protocol":[...],"capacity":[...]` to *json and appends the harness "targets" entries.
 Status RunSets(const std::string& which, const std::string& alibaba_dir, const std::string& name,
-               const PolicyOptions& policy, std::string* json, std::vector<std::string>* targets);
+               const PolicyOptions& policy, bool capacity_report, std::string* json,
+               std::vector<std::string>* targets);
 
 }  // namespace preempt::sched::bench

@@ -28,6 +28,12 @@ void ApplyDecision(const JobAction& a, double now, int64_t request_id, ClusterSt
       j.phase = JobPhase::kEvicting;
       j.preemptor = a.for_job;
       return;
+    case ActionKind::kWithdraw:
+      // Running again, promised to nobody; its request id stays (an acknowledgement of it later
+      // is harmless: only a kCheckpointing job's acknowledgement is read).
+      j.phase = JobPhase::kRunning;
+      j.preemptor.clear();
+      return;
   }
 }
 
@@ -53,18 +59,10 @@ Status ExecuteDecisions(const Decisions& decisions, double now, Executor* execut
         s = executor->request_checkpoint(j, request_id, a);
         break;
       case ActionKind::kEvict: s = executor->evict(j, a); break;
+      case ActionKind::kWithdraw: break;  // nothing to tell the job: it commits as asked and trains on
     }
     if (s.ok()) ApplyDecision(a, now, request_id, state);
     else if (first.ok()) first = s;
-  }
-  for (int i : decisions.kept) {
-    Job& j = state->jobs[i];
-    if (j.phase != JobPhase::kCheckpointing) continue;
-    executor->keep(j);
-    j.phase = JobPhase::kRunning;
-    j.preemptor.clear();
-    j.request_id = 0;
-    j.move_to = -1;
   }
   return first;
 }

@@ -45,6 +45,12 @@ PassState::PassState(const ClusterState& state, const PolicyOptions& config, con
     const Job& j = jobs[i];
     if (j.move_to >= 0 && j.move_to < n_nodes && j.phase != JobPhase::kRunning) free_[j.move_to] -= j.gpus;
   }
+  if (index) {
+    for (int c = 0; c < kNumClasses; ++c)
+      for (const auto& group : index->pending(c)) pending_by_class[c] += static_cast<int>(group.second.size());
+  } else {
+    for (const Job& j : jobs) pending_by_class[static_cast<int>(j.cls)] += j.phase == JobPhase::kPending;
+  }
   for (int i = 0; i < n_nodes; ++i) {
     if (free_[i] > 0) by_free_.emplace(free_[i], i);
     free_sum_ += std::max(0, free_[i]);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <unordered_map>
+#include <vector>
 
 #include "cluster_rules.h"
 #include "pass_state.h"
@@ -16,6 +17,9 @@ namespace preempt::sched {
 struct Awaiting {
   std::unordered_map<int, int> node;     // preemptor index -> node
   std::unordered_map<int, double> left;  // preemptor index -> seconds left
+  // Preemptor index -> its victims that are all still checkpointing (none evicting, none evicted
+  // in this pass, none being moved): they can still be withdrawn (ActionKind::kWithdraw).
+  std::unordered_map<int, std::vector<int>> withdrawable;
 };
 
 // Victims already asked to checkpoint are evicted once their commit is durable, or at the

@@ -404,7 +404,7 @@ std::string FormatDecisions(const ClusterState& st, const Decisions& d) {
     snprintf(buf, sizeof buf, "%2d. %-22s %-24s", ++rank, ActionKindName(a.kind), a.job.c_str());
     o << buf;
     if (a.node >= 0 && a.node < static_cast<int>(st.nodes.size())) o << " node=" << st.nodes[a.node].name;
-    if (a.kind != ActionKind::kStart) {
+    if (a.kind != ActionKind::kStart && a.kind != ActionKind::kWithdraw) {
       snprintf(buf, sizeof buf, " est_lost=%.0fGPU-s", a.est_lost_gpu_s);
       o << buf;
     }

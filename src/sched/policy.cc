@@ -101,11 +101,61 @@ class Placer {
     const int node = aw->second;
     if (node >= 0 && p_.free(node) >= j.gpus) {
       p_.start(ji, node, Fmt("victims on %s have left; starting", p_.st.nodes[node].name.c_str()));
+    } else if (node >= 0 && withdraws_victims(ji, node)) {
+      // started elsewhere; its victims keep running
     } else if (node >= 0) {
       p_.set_free(node, std::max(0, p_.free(node) - j.gpus));  // hold what is already free there
       if (j.cls == PriorityClass::kHigh) p_.waiting_high.emplace_back(ji, awaiting_.left.at(ji));
     }
     return true;
+  }
+
+  // ji waits for victims on `node` that are all still checkpointing, but now fits on free GPUs
+  // elsewhere (GPUs freed since it chose them): it starts there, and the victims' evictions are
+  // withdrawn — they keep running, their requested checkpoints ordinary commits — so nobody pays
+  // an eviction, a restore and a wait that no longer buy anything.
+  bool withdraws_victims(int ji, int node) {
+    auto w = awaiting_.withdrawable.find(ji);
+    if (w == awaiting_.withdrawable.end() || w->second.empty()) return false;
+    const Job& j = p_.jobs[ji];
+    const int other = p_.best_fit(j.gpus);
+    if (other < 0 || other == node || !rules_.headroom_allows(j)) return false;
+    // Kept when another pending job of a class above a victim's is not waiting for victims of its
+    // own: the victims' GPUs would serve it, and withdrawing would only make it preempt others.
+    for (int vi : w->second)
+      if (others_above(static_cast<int>(p_.jobs[vi].cls)) > 0) return false;
+    for (int vi : w->second) {
+      const Job& v = p_.jobs[vi];
+      JobAction a;
+      a.kind = ActionKind::kWithdraw;
+      a.job = v.id;
+      a.job_index = vi;
+      a.node = v.node;
+      a.for_job = j.id;
+      a.for_index = ji;
+      a.reason = Fmt("not evicted after all: %s starts on %s instead; keeps running, its requested checkpoint an "
+                     "ordinary commit",
+                     j.id.c_str(), p_.st.nodes[other].name.c_str());
+      p_.chosen[vi] = 1;
+      p_.leaving_on[v.node] -= v.gpus;
+      p_.out.actions.push_back(std::move(a));
+    }
+    p_.start(ji, other, Fmt("fits on %s (%d of %d GPUs free) before its victims on %s have left; their evictions "
+                            "withdrawn",
+                            p_.st.nodes[other].name.c_str(), p_.free(other), p_.st.nodes[other].gpus,
+                            p_.st.nodes[node].name.c_str()));
+    return true;
+  }
+
+  // Pending jobs of a class above `cls` that are not waiting for victims of their own.
+  int others_above(int cls) {
+    if (awaiting_by_class_[0] < 0) {
+      for (int c = 0; c < kNumClasses; ++c) awaiting_by_class_[c] = 0;
+      for (const auto& entry : awaiting_.node) awaiting_by_class_[static_cast<int>(p_.jobs[entry.first].cls)]++;
+    }
+    int n = 0;
+    for (int c = cls + 1; c < kNumClasses; ++c) n += p_.pending_by_class[c] - awaiting_by_class_[c];
+    return n;
   }
 
   // Starts ji on the best-fitting free GPUs when the headroom allows. Also true when it would fit
@@ -176,6 +226,7 @@ class Placer {
   VictimSearch search_;
   Mover mover_;
   int searches_ = 0;
+  int awaiting_by_class_[kNumClasses] = {-1, -1, -1};  // computed on first use
 };
 
 }  // namespace
@@ -250,6 +301,7 @@ const char* ActionKindName(ActionKind k) {
     case ActionKind::kStart: return "start";
     case ActionKind::kRequestCheckpoint: return "checkpoint-then-evict";
     case ActionKind::kEvict: return "evict";
+    case ActionKind::kWithdraw: return "withdraw";
   }
   return "start";
 }

@@ -54,7 +54,6 @@ class Launcher final : public Executor {
   Status start(const Job& j, const JobAction& a) override;
   Status request_checkpoint(const Job& j, int64_t request_id, const JobAction& a) override;
   Status evict(const Job& j, const JobAction& a) override;
-  void keep(const Job& j) override { emit("keep", j.id, "its preemptor " + j.preemptor + " no longer waits"); }
 
  private:
   Status prepare();

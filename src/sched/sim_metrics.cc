@@ -116,14 +116,32 @@ std::string MetricsCsvHeader() {
          "thrash_cycles,utilization,makespan_s,decisions,decide_mean_us,decide_max_us,capacity_violations,"
          "lost_restore_gpu_hours,lost_discarded_gpu_hours,lost_stopped_gpu_hours,moves,move_restart_wait_mean_s,"
          "preemptions_per_job_mean,preemptions_per_job_p99,preemptions_per_job_max,repreemptions,"
-         "medium_wait_p95_s,low_starved_delay\n";
+         "medium_wait_p95_s,low_starved_delay,bill_cost,bill_by_queue\n";
 }
+
+namespace {
+
+// The bill per queue in one CSV field: "queue=cost;queue=cost" (a queue name's ',', ';', '=' and
+// control characters become '_', so the field never splits).
+std::string BillCsvField(const SimMetrics& m) {
+  std::string out;
+  char buf[64];
+  for (const QueueBill& b : m.bill) {
+    if (!out.empty()) out += ';';
+    for (char ch : b.queue) out += (ch == ',' || ch == ';' || ch == '=' || static_cast<unsigned char>(ch) < 0x20) ? '_' : ch;
+    snprintf(buf, sizeof buf, "=%.2f", b.cost);
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string MetricsCsvRow(const std::string& trace, const SimMetrics& m) {
   char buf[1024];
   snprintf(buf, sizeof buf,
            "%s,%s,%d,%d,%.1f,%.1f,%.1f,%.1f,%.1f,%d,%d,%d,%.3f,%d,%d,%d,%.4f,%.0f,%d,%.1f,%.1f,%d,%.3f,%.3f,%.3f,%d,%.1f,"
-           "%.4f,%.0f,%d,%d,%.1f,%d\n",
+           "%.4f,%.0f,%d,%d,%.1f,%d,",
            trace.c_str(),
            m.policy.c_str(), m.jobs, m.completed, m.high_wait_mean_s, m.high_wait_p95_s, m.medium_wait_mean_s,
            m.low_wait_mean_s, m.low_wait_max_s, m.low_total, m.low_completed, m.low_starved, m.lost_gpu_hours,
@@ -133,7 +151,11 @@ std::string MetricsCsvRow(const std::string& trace, const SimMetrics& m) {
            m.move_restarts ? m.move_restart_wait_s / m.move_restarts : 0.0, m.preemptions_per_job_mean,
            m.preemptions_per_job_p99, m.preemptions_per_job_max, m.repreemptions, m.medium_wait_p95_s,
            m.low_starved_delay);
-  return buf;
+  double cost = 0;
+  for (const QueueBill& b : m.bill) cost += b.cost;
+  char tail[64];
+  snprintf(tail, sizeof tail, "%.2f,", cost);
+  return buf + std::string(tail) + BillCsvField(m) + "\n";
 }
 
 std::string MetricsTable(const std::string& trace, const std::vector<SimMetrics>& rows) {

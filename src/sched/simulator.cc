@@ -420,6 +420,7 @@ void Simulation::run() {
     m_.decisions++;
     decide_total_us_ += us;
     m_.decide_max_us = std::max(m_.decide_max_us, us);
+    if (opt_.on_decisions) opt_.on_decisions(cs_, d);
     // The only refusal is a start of a job that is not pending: already recorded as a violation.
     (void)ExecuteDecisions(d, now_, this, &cs_, &next_request_).ok();
     for (const JobAction& a : d.actions) reindex(a.job_index);

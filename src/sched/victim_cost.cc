@@ -54,9 +54,12 @@ VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_hig
     bool sig_ok = c.sigterm_save && granted > 0 && needed <= granted;
     bool ckpt_ok = c.checkpoint_then_evict && save_wait <= c.checkpoint_deadline_s;
     double tolerable = TolerableWait(v, c);
+    // Killing a slow saver saves the preemptor the wait; the wait costs the GPUs it holds beyond
+    // the victim's own (those are busy with the save, priced as save_lost).
+    const int idle_gpus = std::max(0, preemptor_gpus - v.gpus);
     bool too_slow = for_high && tolerable > 0 && save_wait > tolerable &&
                     (c.tolerable_kill_max_lost_s <= 0 || lost <= c.tolerable_kill_max_lost_s) &&
-                    (preemptor_gpus <= 0 || v.gpus * lost <= v.gpus * save_lost + preemptor_gpus * save_wait);
+                    (preemptor_gpus <= 0 || v.gpus * lost <= v.gpus * save_lost + idle_gpus * save_wait);
     if (too_slow) sig_ok = ckpt_ok = false;
     if (for_high && c.kill_now_max_lost_s > 0 && lost <= c.kill_now_max_lost_s) {
       out.mode = EvictionMode::kKillSmall;

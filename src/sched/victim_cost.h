@@ -44,8 +44,10 @@ double RepeatFactor(const Job& v, const PolicyOptions& config);
 // How victim v would leave at `now` and what it would cost; `for_high`: the preemptor is high
 // priority (the kill-now rules apply). `preemptor_gpus` (> 0): a save too slow for the tolerable
 // wait is killed only when that loses less than the save would, counting the preemptor's GPUs
-// idle while it waits: v.gpus x lost <= v.gpus x save_lost + preemptor_gpus x save_wait (a large
-// job whose save cannot fit the grace still saves when its uncommitted work is worth more).
+// idle while it waits: v.gpus x lost <= v.gpus x save_lost + max(0, preemptor_gpus - v.gpus) x
+// save_wait (a large job whose save cannot fit the grace still saves when its uncommitted work is
+// worth more). The victim's own GPUs are not idle while it saves: what they do then is save_lost
+// already, so only the preemptor's GPUs beyond the victim's count.
 VictimCost CostOf(const Job& v, double now, const PolicyOptions& config, bool for_high, int preemptor_gpus = 0);
 
 // One CostOf variant for the running jobs of a pass, looked up by job index (a job that is not

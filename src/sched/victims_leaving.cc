@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <string>
+#include <unordered_set>
 
 #include "job_index.h"
 #include "pass_steps.h"
@@ -11,6 +12,7 @@ Awaiting EvictCheckpointedVictims(PassState* pass) {
   PassState& p = *pass;
   const std::vector<Job>& jobs = p.jobs;
   Awaiting out;
+  std::unordered_set<int> not_withdrawable;  // preemptors with a victim evicting or evicted now
   // Job index by id, only for jobs someone is waiting on (victims name their preemptor); with a
   // JobIndex, its lookup and its list of jobs holding GPUs.
   std::unordered_map<std::string, int> index_of;
@@ -42,13 +44,32 @@ Awaiting EvictCheckpointedVictims(PassState* pass) {
         left = std::max(0.0, v.request_time + v.hints->checkpoint_s() - p.now);
       double& w = out.left[for_index];
       w = std::max(w, left);
+      // Still checkpointing after this pass (not committed, not past its deadline, not a move):
+      // the eviction can be withdrawn if the preemptor finds GPUs elsewhere.
+      const bool stays = p.hint && v.phase == JobPhase::kCheckpointing && v.move_to < 0 &&
+                         !(v.hints && v.hints->request_ack >= v.request_id) &&
+                         p.now < v.request_time + p.cfg.checkpoint_deadline_s;
+      if (stays) out.withdrawable[for_index].push_back(i);
+      else not_withdrawable.insert(for_index);
     }
     // FCFS never preempts: a job asked to checkpoint under another policy keeps running.
     if (v.phase != JobPhase::kCheckpointing || p.cfg.kind == PolicyKind::kFcfs) continue;
-    // Its preemptor started elsewhere (or left) before the commit: evicting it would free GPUs
-    // nobody was promised. (A victim without a preemptor frees headroom: evicted as planned.)
+    // Its preemptor is no longer pending (started elsewhere, e.g. by a cluster scheduler that
+    // starts jobs itself, or left): evicting it, even after its commit, would free GPUs nobody was
+    // promised. Withdrawn; a later pass may choose it again, cheaply right after that commit. (A
+    // victim without a preemptor frees headroom: evicted as planned.)
     if (for_index < 0 && !v.preemptor.empty()) {
-      p.out.kept.push_back(i);
+      JobAction a;
+      a.kind = ActionKind::kWithdraw;
+      a.job = v.id;
+      a.job_index = i;
+      a.node = v.node;
+      a.for_job = v.preemptor;
+      a.reason = Fmt("not evicted after all: %s no longer waits (started elsewhere or left); keeps running",
+                     v.preemptor.c_str());
+      p.chosen[i] = 1;
+      p.leaving_on[v.node] -= v.gpus;
+      p.out.actions.push_back(std::move(a));
       continue;
     }
     const bool acked = v.hints && v.hints->request_ack >= v.request_id;
@@ -65,6 +86,7 @@ Awaiting EvictCheckpointedVictims(PassState* pass) {
     std::string reason = acked ? CommittedReason(v, vc.grace_s == 0) : DeadlineReason(v, p.cfg.checkpoint_deadline_s);
     p.out.actions.push_back(VictimAction(p, i, v.node, v.preemptor, for_index, vc, std::move(reason)));
   }
+  for (int f : not_withdrawable) out.withdrawable.erase(f);
   return out;
 }
 

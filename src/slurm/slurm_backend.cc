@@ -78,11 +78,6 @@ class SlurmExecutor final : public Executor {
     return Status::OK();
   }
 
-  void keep(const Job& j) override {
-    events_->push_back({NowUnix(), "keep", j.id,
-                        "its preemptor " + j.preemptor + " no longer waits: keeps running, not requeued"});
-  }
-
  private:
   Status report(const std::string& job, Status s) {
     if (!s.ok()) events_->push_back({NowUnix(), "error", job, s.to_string()});
@@ -247,12 +242,19 @@ void SlurmBackend::release_victims(bool all, std::vector<SlurmEvent>* events) {
 }
 
 // Keeps what the lifecycle decided about each job for the next pass (the next Observe builds the
-// state from SLURM again): jobs that entered kCheckpointing or kEvicting, and the history.
+// state from SLURM again): jobs that entered kCheckpointing or kEvicting, the ones whose eviction
+// was withdrawn (running again), and the history.
 void SlurmBackend::remember(const ClusterState& before, const ClusterState& after) {
   for (size_t k = 0; k < after.jobs.size(); ++k) {
     const Job& j = after.jobs[k];
     const Job& was = before.jobs[k];
     if (j.phase == was.phase && j.request_id == was.request_id) continue;
+    if (was.phase == JobPhase::kCheckpointing && j.phase == JobPhase::kRunning) {  // eviction withdrawn
+      Tracked& t = tracked_[j.id];
+      t.phase = JobPhase::kRunning;
+      t.preemptor.clear();
+      continue;
+    }
     if (j.phase != JobPhase::kCheckpointing && j.phase != JobPhase::kEvicting) continue;
     Tracked& t = tracked_[j.id];
     if (j.phase == JobPhase::kCheckpointing) t.acked = false;

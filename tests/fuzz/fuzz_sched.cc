@@ -142,6 +142,8 @@ void CheckDecisions(const ClusterState& st, const PolicyOptions& p, const Decisi
     if (j.phase == JobPhase::kPending || j.node != a.node) fail("victim " + j.id + " is not placed on its node");
     if (a.kind == ActionKind::kRequestCheckpoint && j.phase != JobPhase::kRunning)
       fail("checkpoint request to " + j.id + ", which is not running");
+    if (a.kind == ActionKind::kWithdraw && (j.phase != JobPhase::kCheckpointing || j.move_to >= 0))
+      fail("withdrawal of " + j.id + ", which is not checkpointing for a preemptor");
     if (j.phase != JobPhase::kRunning) continue;  // finishing an earlier request: chosen before
     if (a.for_index >= 0) {
       if (a.for_index >= nj) fail("preemptor out of range");

@@ -48,7 +48,7 @@ TEST(Policy, CheckpointingVictimIsEvictedAfterAckOrDeadline) {
 }
 
 // A victim asked to checkpoint for a preemptor that has since started on other GPUs (or left) is
-// kept, not evicted, even after its commit; one without a preemptor (headroom) is still evicted.
+// withdrawn, not evicted, even after its commit; one without a preemptor (headroom) is evicted.
 TEST(Policy, CheckpointingVictimIsKeptWhenItsPreemptorNoLongerWaits) {
   struct Case {
     const char* name;
@@ -68,9 +68,9 @@ TEST(Policy, CheckpointingVictimIsKeptWhenItsPreemptorNoLongerWaits) {
     v.hints->request_ack = 7;  // committed
     if (c.preemptor_runs) b.run("hi", H, 1, 0, 3600, MakeHints(1));
     Decisions d = Decide(b.st, Hint());
-    const bool kept = d.kept.size() == 1 && b.st.jobs[d.kept[0]].id == "v";
-    EXPECT_EQ(kept, c.kept) << c.name << Dump(d);
-    EXPECT_EQ(find(d, "v") == nullptr, c.kept) << c.name << Dump(d);
+    const JobAction* a = find(d, "v");
+    ASSERT_NE(a, nullptr) << c.name << Dump(d);
+    EXPECT_EQ(a->kind, c.kept ? ActionKind::kWithdraw : ActionKind::kEvict) << c.name << Dump(d);
   }
 }
 
@@ -176,7 +176,10 @@ TEST(Policy, VictimEvictionModeTable) {
     bool unmeasured = false;  // hints carry no checkpoint cost (all zero: never measured)
     bool kill_when_cheaper = true;
     double kill_max_lost_s = 0;  // tolerable_kill_max_lost_s (0 = no limit)
-    int min_gpus = 1;            // tolerable_wait_min_gpus (the preemptor here has 1 GPU)
+    int min_gpus = 1;            // tolerable_wait_min_gpus
+    // The preemptor's GPUs, on a node of that many; the victim holds 1 of them, so with 4 the
+    // preemptor holds 3 free GPUs idle while the victim saves.
+    int preemptor_gpus = 4;
   } cases[] = {
       {"save fits grace: SIGTERM", 900, 30, 2, true, 120, -1, H, ActionKind::kEvict, -1, EvictionMode::kSaveInGrace},
       {"sigterm_save off: checkpoint first", 900, 30, 2, false, 120, -1, H, ActionKind::kRequestCheckpoint, -1,
@@ -187,7 +190,7 @@ TEST(Policy, VictimEvictionModeTable) {
       {"kill-now off", 60, 30, 2, true, 0, -1, H, ActionKind::kEvict, -1, EvictionMode::kSaveInGrace},
       {"kill-now only for high", 60, 30, 2, true, 120, -1, M, ActionKind::kEvict, -1, EvictionMode::kSaveInGrace},
       // A too-slow save is killed only when the uncommitted work (150 s) is worth less than the save
-      // (~100 s lost) plus the preemptor's GPUs idle while it waits (~100.5 s).
+      // (~100 s lost) plus the preemptor's GPUs idle while it waits (3 x ~100.5 s).
       {"save slower than its grace, 150 s uncommitted: kill", 150, 10, 100, true, 120, -1, H, ActionKind::kEvict, 0,
        EvictionMode::kKillSlow},
       {"save slower than its grace, 900 s uncommitted is worth the save and the wait: checkpoint first", 900, 10, 20,
@@ -198,7 +201,12 @@ TEST(Policy, VictimEvictionModeTable) {
       {"too slow, 150 s uncommitted <= 600 s limit: kill", 150, 10, 100, true, 120, -1, H, ActionKind::kEvict, 0,
        EvictionMode::kKillSlow, false, true, 600},
       {"too slow, but a 1-GPU preemptor waits (tolerable wait from 2 GPUs)", 150, 10, 100, true, 120, -1, H,
-       ActionKind::kRequestCheckpoint, -1, EvictionMode::kCheckpointFirst, false, true, 600, 2},
+       ActionKind::kRequestCheckpoint, -1, EvictionMode::kCheckpointFirst, false, true, 600, 2, 1},
+      // The same victim for a preemptor no larger than it: the GPUs it waits for are the victim's,
+      // busy with the save (priced as the save's loss), none idle: 150 s uncommitted > ~100 s lost
+      // by the save, so it saves.
+      {"too slow, preemptor no larger than the victim: nothing idle, checkpoint first", 150, 10, 100, true, 120, -1, H,
+       ActionKind::kRequestCheckpoint, -1, EvictionMode::kCheckpointFirst, false, true, 0, 1, 1},
       {"tolerable wait off: checkpoint first", 900, 10, 20, true, 120, 0, H, ActionKind::kRequestCheckpoint, -1,
        EvictionMode::kCheckpointFirst},
       {"medium preemptor waits for the save", 900, 10, 20, true, 120, -1, M, ActionKind::kRequestCheckpoint, -1,
@@ -215,13 +223,13 @@ TEST(Policy, VictimEvictionModeTable) {
        ActionKind::kEvict, 0, EvictionMode::kKillSlow, true},
   };
   for (const auto& c : cases) {
-    B b({1});
+    B b({c.preemptor_gpus});
     Hints h = MakeHints(c.lost_s, c.persist_s);
     if (c.unmeasured) h.cost = Hints::Cost{};
     h.grace.granted_s = c.granted_s;
     h.grace.needed_s = h.checkpoint_s();
     b.run("v", L, 1, 0, 3600, h);
-    b.pend("p", c.preemptor, 1);
+    b.pend("p", c.preemptor, c.preemptor_gpus);
     PolicyOptions p = HintAwareNoRulesPolicy();
     p.kill_when_cheaper = c.kill_when_cheaper;
     p.sigterm_save = c.sigterm_save;
@@ -262,7 +270,8 @@ TEST(Policy, VictimReasonWording) {
 
 // Default tolerable-wait rule: a slow saver (save longer than its grace) with little uncommitted
 // work is killed for a high preemptor of >= 2 GPUs, which would otherwise wait for it with the
-// GPUs already freed sitting idle; a 1-GPU preemptor waits for its save.
+// GPUs already freed sitting idle; a 1-GPU preemptor waits for its save, and so does a preemptor
+// that needs only the slow saver's own GPUs (busy with the save, not idle), whatever its size.
 TEST(Policy, SlowSaverIsKilledOnlyForMultiGpuPreemptors) {
   auto slow = [] {
     Hints h = MakeHints(60, 40);  // 60 s uncommitted, save ~40.5 s: for 2 idle GPUs, killing is cheaper
@@ -301,11 +310,27 @@ TEST(Policy, SlowSaverIsKilledOnlyForMultiGpuPreemptors) {
     ASSERT_NE(s, nullptr) << Dump(d);
     EXPECT_EQ(s->kind, ActionKind::kRequestCheckpoint) << Dump(d);
     PolicyOptions all = HintAwareNoRulesPolicy();
-    all.tolerable_wait_min_gpus = 1;
+    all.tolerable_wait_min_gpus = 1;  // the tolerable wait applies, but no GPU would sit idle
     d = Decide(b.st, all);
     s = find(d, "slow");
     ASSERT_NE(s, nullptr) << Dump(d);
-    EXPECT_EQ(s->grace_s, 0) << Dump(d);
+    EXPECT_EQ(s->kind, ActionKind::kRequestCheckpoint) << Dump(d);
+    EXPECT_EQ(s->mode, EvictionMode::kCheckpointFirst) << Dump(d);
+  }
+  {
+    B b({2});  // a 2-GPU slow saver for a 2-GPU preemptor: its GPUs are the victim's
+    b.run("slow", L, 2, 0, 3600, slow());
+    b.pend("big", H, 2);
+    Decisions d = Decide(b.st, HintAwareNoRulesPolicy());
+    const JobAction* s = find(d, "slow");
+    ASSERT_NE(s, nullptr) << Dump(d);
+    EXPECT_EQ(s->mode, EvictionMode::kCheckpointFirst) << Dump(d);
+    b.st.nodes[0].gpus = 4;  // two more GPUs, free and held idle for a preemptor of 4
+    b.st.jobs[1].gpus = 4;
+    d = Decide(b.st, HintAwareNoRulesPolicy());
+    s = find(d, "slow");
+    ASSERT_NE(s, nullptr) << Dump(d);
+    EXPECT_EQ(s->mode, EvictionMode::kKillSlow) << Dump(d);
   }
 }
 

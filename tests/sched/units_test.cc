@@ -302,7 +302,6 @@ class RecordingExecutor : public Executor {
     calls.push_back("evict " + j.id);
     return Status::OK();
   }
-  void keep(const Job& j) override { calls.push_back("keep " + j.id); }
   bool refuse_starts = false;
   std::vector<std::string> calls;
 };
@@ -331,28 +330,6 @@ TEST(SchedLifecycle, ExecuteDecisionsAppliesWhatTheExecutorAccepted) {
   EXPECT_EQ(st.jobs[0].phase, JobPhase::kCheckpointing);
   EXPECT_EQ(st.jobs[0].request_id, 42);
   EXPECT_EQ(next_id, 42);
-}
-
-// A kept victim (its preemptor no longer waits) goes back to running with nothing promised.
-TEST(SchedLifecycle, KeptVictimRunsOnWithoutRequestOrMove) {
-  ClusterState st = TwoNodes();
-  Job& v = st.jobs[0];
-  v.phase = JobPhase::kCheckpointing;
-  v.request_id = 5;
-  v.preemptor = "gone";
-  v.move_to = 1;
-  Decisions d;
-  d.kept = {0, 1};  // job 1 is not checkpointing: left as it is
-  const JobPhase other = st.jobs[1].phase;
-  RecordingExecutor ex;
-  int64_t next_id = 5;
-  ASSERT_TRUE(ExecuteDecisions(d, kNow, &ex, &st, &next_id).ok());
-  EXPECT_EQ(ex.calls, (std::vector<std::string>{"keep low"}));
-  EXPECT_EQ(st.jobs[0].phase, JobPhase::kRunning);
-  EXPECT_TRUE(st.jobs[0].preemptor.empty());
-  EXPECT_EQ(st.jobs[0].request_id, 0);
-  EXPECT_EQ(st.jobs[0].move_to, -1);
-  EXPECT_EQ(st.jobs[1].phase, other);
 }
 
 // docs/sched.md's options table is the one PolicyFieldsMarkdown() generates from the field table.

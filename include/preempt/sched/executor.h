@@ -56,16 +56,13 @@ class Executor {
   // < 0: the job's own termination grace period; 0: kill at once; > 0: at most that long.
   // Called once per eviction; the executor reports the exit later (RequeueAfterExit).
   virtual Status evict(const Job& job, const JobAction& action) = 0;
-
-  // `job` was asked to checkpoint for a preemptor that no longer waits (Decisions::kept): it keeps
-  // running and will not be evicted. Nothing to undo (its checkpoint still commits); an executor
-  // may log it. Called before the job's phase goes back to kRunning.
-  virtual void keep(const Job& job) { (void)job; }
 };
 
 // The lifecycle transition for one action already carried out at `now`: kStart places the job
 // (kRunning on action.node, start_time = now, hints and move cleared); kRequestCheckpoint makes it
-// kCheckpointing with `request_id`, promised to action.for_job; kEvict makes it kEvicting. A victim
+// kCheckpointing with `request_id`, promised to action.for_job; kEvict makes it kEvicting;
+// kWithdraw makes a kCheckpointing job kRunning again, promised to nobody (no Executor call: the
+// job commits as it was asked and keeps training). A victim
 // leaving kRunning is recorded in ClusterState::history (the per-queue budget), a move remembers
 // its destination in Job::move_to. `request_id` is used by kRequestCheckpoint only.
 void ApplyDecision(const JobAction& action, double now, int64_t request_id, ClusterState* state);
@@ -76,8 +73,7 @@ void ApplyDecision(const JobAction& action, double now, int64_t request_id, Clus
 bool RequeueAfterExit(double now, Job* job);
 
 // Carries out every action of `decisions` in order: the Executor call, then ApplyDecision when the
-// call succeeded; then Decisions::kept (Executor::keep, back to kRunning with no preemptor, request
-// or move). Checkpoint requests take ids ++*next_request_id (ids grow for the life of the
+// call succeeded. Checkpoint requests take ids ++*next_request_id (ids grow for the life of the
 // loop; a request whose call failed still uses its id). Returns the first error (the remaining
 // actions are still carried out).
 Status ExecuteDecisions(const Decisions& decisions, double now, Executor* executor, ClusterState* state,

@@ -105,6 +105,10 @@ enum class ActionKind {
   kStart,                // place `job` on `node`
   kRequestCheckpoint,    // victim: write a checkpoint request; evict once it is committed
   kEvict,                // victim: SIGTERM now (its checkpoint is durable, or evict-now policy)
+  // A victim asked to checkpoint is not evicted after all: the job it was checkpointing for
+  // (`for_job`) starts elsewhere now. It keeps running; its requested checkpoint is an ordinary
+  // commit (nothing is sent to it).
+  kWithdraw,
 };
 const char* ActionKindName(ActionKind k);
 
@@ -167,10 +171,6 @@ struct WaitEstimate {  // for each high-priority job still pending after this pa
 struct Decisions {
   std::vector<JobAction> actions;
   std::vector<WaitEstimate> waits;
-  // Checkpointing victims (indices into ClusterState::jobs) whose preemptor no longer waits (it
-  // started on other GPUs, or left): they keep running instead of being evicted; the checkpoint
-  // they were asked for still commits. A later pass may choose them again, then cheap to evict.
-  std::vector<int> kept;
   // Earliest future time at which a rule that blocked something now stops blocking it
   // (cooldown end, min-runtime end, budget window, checkpoint deadline); +inf if none.
   double recheck_at = std::numeric_limits<double>::infinity();

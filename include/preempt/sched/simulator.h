@@ -140,6 +140,9 @@ struct SimOptions {
   bool indexed = true;
   // Called from the simulating thread every progress_every_s of wall time and once at the end.
   std::function<void(const SimProgress&)> progress;
+  // Called after every Decide() with the state it saw and what it decided (before they are
+  // executed): for analyses of a policy's choices (which victims, how they leave).
+  std::function<void(const ClusterState&, const Decisions&)> on_decisions;
   double progress_every_s = 5;
 };
 
@@ -227,7 +230,8 @@ struct CapacityReport {
 Status FindCapacity(const Trace& trace, const PolicyOptions& policy, const SimOptions& opt, double target_p95_s,
                     int gpus_per_node, CapacityReport* out);
 
-// Metrics as CSV header + row, and a fixed-width table.
+// Metrics as CSV header + row (ending in the bill: bill_cost, the total, and bill_by_queue,
+// "queue=cost;..."), and a fixed-width table.
 std::string MetricsCsvHeader();
 std::string MetricsCsvRow(const std::string& trace, const SimMetrics& m);
 std::string MetricsTable(const std::string& trace, const std::vector<SimMetrics>& rows);
