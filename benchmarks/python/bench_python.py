@@ -5,7 +5,7 @@ torch.distributed.checkpoint when the installed torch has it), same run, same di
 
 For each state size (GiB of float32 parameters in 64 MiB tensors, updated by an SGD optimizer),
 each repetition runs every measurement once, interleaved, so that a disk whose speed drifts over
-minutes slows both sides of a ratio alike (the order is reversed every other repetition):
+minutes slows both sides of a ratio alike:
   stall        what training is blocked for by one periodic checkpoint: Runtime.save_async() plus
                the fence at the next optimizer.step() (which copies what is left alongside the
                background copy), which overlaps a simulated step of --step-s seconds of matrix
@@ -21,6 +21,9 @@ minutes slows both sides of a ratio alike (the order is reversed every other rep
   torch.load   torch.load + load_state_dict, cold
   disk read    a plain sequential read (8 MiB read() calls) of the preempt data files and of the
                torch.save file, cold: the disk's speed in this repetition
+The writes come first in every repetition (stall and persist, torch.save, copy), then one untimed
+read of both files (a virtual disk reads slowly while the host writes back what was just synced),
+then the reads, in the opposite order every other repetition.
 "Cold" is set by --cold: drop (sync + /proc/sys/vm/drop_caches, root only; the default) or evict
 (posix_fadvise DONTNEED on the files about to be read). Each figure is reported as the median and
 the min-max over the repetitions, and each ratio is computed per repetition (median, min-max), so
@@ -73,13 +76,13 @@ def files_under(root):
     return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
 
 
-def make_cold(mode, root):
+def make_cold(mode, *roots):
     if mode == "drop":
         os.sync()
         with open("/proc/sys/vm/drop_caches", "w") as f:
             f.write("3")
         return
-    for path in files_under(root):
+    for path in (p for root in roots for p in files_under(root)):
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fdatasync(fd)
@@ -211,12 +214,12 @@ class Rounds:
         return [p for p in files_under(os.path.join(self.ck, newest)) if p.endswith(".bin")]
 
     def disk_read_gbps(self, paths):
-        make_cold(self.args.cold, self.ck if paths[0].startswith(self.ck) else self.pt)
+        make_cold(self.args.cold, *paths)
         n, s = sequential_read(paths)
         return n / s / 1e9
 
     def one_rep(self, rep):
-        """Every measurement once; the order is reversed on odd repetitions."""
+        """Every measurement once: the writes, a settle read, the reads (reversed on odd ones)."""
         steps = [
             ("stall", lambda: self.stall()),
             ("torch_save_s", self.torch_save),
@@ -228,10 +231,11 @@ class Rounds:
             ("disk_torch_gbps", lambda: self.disk_read_gbps([self.pt])),
             ("torch_load_s", self.torch_load),
         ]
-        if rep % 2:
-            # torch.save first writes the file the later torch reads need; the stall stays first
-            # on the preempt side, and the reads run in the opposite order.
-            steps = steps[:3] + steps[3:][::-1]
+        # The virtual disk reads slowly for a while after the guest synced gigabytes (the host
+        # is still writing them back): an untimed read of both files comes first, so that no
+        # reader is measured in that window. Its speed is reported as "settle".
+        settle = ("disk_settle_gbps", lambda: self.disk_read_gbps(self.newest_data_files() + [self.pt]))
+        steps = steps[:3] + [settle] + (steps[3:][::-1] if rep % 2 else steps[3:])
         out = {}
         for key, fn in steps:
             v = fn()
@@ -341,7 +345,8 @@ def table(sizes):
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append("| **GB/s, median (min-max)** |" + " |" * len(sizes))
     for label, key in (("disk: plain sequential read of the preempt files", "disk_preempt_gbps"),
-                       ("disk: plain sequential read of the torch.save file", "disk_torch_gbps")):
+                       ("disk: plain sequential read of the torch.save file", "disk_torch_gbps"),
+                       ("disk: settle read right after the writes (not in any ratio)", "disk_settle_gbps")):
         lines.append(f"| {label} | " + " | ".join(spread(r[key], "{:.2f}") for r in sizes) + " |")
     for label, key in (("Runtime.restore", "restore_s"), ("C++ store restore", "store_restore_s"),
                        ("torch.load + load_state_dict", "torch_load_s")):
