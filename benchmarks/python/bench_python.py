@@ -23,7 +23,7 @@ minutes slows both sides of a ratio alike:
                torch.save file, cold: the disk's speed in this repetition
 The writes come first in every repetition (stall and persist, torch.save, copy), then one untimed
 read of both files (a virtual disk reads slowly while the host writes back what was just synced),
-then the reads, in the opposite order every other repetition.
+then the reads, rotated by two places per repetition so that no reader is always first.
 "Cold" is set by --cold: drop (sync + /proc/sys/vm/drop_caches, root only; the default) or evict
 (posix_fadvise DONTNEED on the files about to be read). Each figure is reported as the median and
 the min-max over the repetitions, and each ratio is computed per repetition (median, min-max), so
@@ -219,23 +219,24 @@ class Rounds:
         return n / s / 1e9
 
     def one_rep(self, rep):
-        """Every measurement once: the writes, a settle read, the reads (reversed on odd ones)."""
-        steps = [
-            ("stall", lambda: self.stall()),
-            ("torch_save_s", self.torch_save),
-            ("copy_s", self.copy),
+        """Every measurement once: the writes, a settle read, then the reads, rotated by two places
+        per repetition."""
+        writes = [("stall", self.stall), ("torch_save_s", self.torch_save), ("copy_s", self.copy)]
+        reads = [
             ("restore_s", self.restore),
-            ("load_s", self.functional_load),
-            ("store_restore_s", self.store_restore),
-            ("disk_preempt_gbps", lambda: self.disk_read_gbps(self.newest_data_files())),
-            ("disk_torch_gbps", lambda: self.disk_read_gbps([self.pt])),
             ("torch_load_s", self.torch_load),
+            ("load_s", self.functional_load),
+            ("disk_preempt_gbps", lambda: self.disk_read_gbps(self.newest_data_files())),
+            ("store_restore_s", self.store_restore),
+            ("disk_torch_gbps", lambda: self.disk_read_gbps([self.pt])),
         ]
         # The virtual disk reads slowly for a while after the guest synced gigabytes (the host
-        # is still writing them back): an untimed read of both files comes first, so that no
-        # reader is measured in that window. Its speed is reported as "settle".
+        # is still writing them back): an untimed read of both files comes first. It does not
+        # always absorb all of it, so the first timed read also changes with each repetition: a
+        # slow first read then shows as one outlier in one reader, which the median drops.
         settle = ("disk_settle_gbps", lambda: self.disk_read_gbps(self.newest_data_files() + [self.pt]))
-        steps = steps[:3] + [settle] + (steps[3:][::-1] if rep % 2 else steps[3:])
+        shift = (2 * rep) % len(reads)
+        steps = writes + [settle] + reads[shift:] + reads[:shift]
         out = {}
         for key, fn in steps:
             v = fn()
