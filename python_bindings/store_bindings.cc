@@ -151,6 +151,7 @@ class PySaveHandle {
   }
   // True once the bytes are in staging (at once for a save without a background copy).
   bool staged() const { return !staged_ || staged_->staged(); }
+  // Without the GIL: copies the rest alongside the background thread (see staged_save.h).
   bool wait_staged(std::optional<double> timeout_s) {
     if (!staged_) return true;
     Deadline d = DeadlineFrom(timeout_s);
@@ -173,9 +174,9 @@ class PyStore {
     store_.reset();
   }
   // Staged saves reach the store in creation order; a direct save must not overtake them either.
-  std::shared_ptr<StagedSave> exchange_last_staged(std::shared_ptr<StagedSave> s) {
-    std::swap(s, last_staged_);
-    return s;
+  std::shared_ptr<DeferredSaveHandle> exchange_last_staged(std::shared_ptr<DeferredSaveHandle> h) {
+    std::swap(h, last_staged_);
+    return h;
   }
   void wait_submitted() {  // call without the GIL
     if (last_staged_) last_staged_->wait_submitted();
@@ -187,7 +188,7 @@ class PyStore {
 
  private:
   std::unique_ptr<Store> store_;
-  std::shared_ptr<StagedSave> last_staged_;
+  std::shared_ptr<DeferredSaveHandle> last_staged_;
 };
 
 std::unique_ptr<PyStore> MakeStore(const std::string& root, int rank, int world_size, int keep_last,
@@ -252,20 +253,20 @@ std::shared_ptr<PySaveHandle> SaveAsync(PyStore& self, int64_t step, const py::l
 std::shared_ptr<PySaveHandle> SaveStaged(PyStore& self, int64_t step, const py::list& copies, const py::list& items,
                                          const std::map<std::string, std::string>& metadata, py::object keepalive) {
   SaveRequest req = MakeRequest(step, items, metadata);
-  std::vector<StagingCopy> cs;
+  std::vector<CopyRange> cs;
   cs.reserve(copies.size());
   for (const auto& h : copies) {
     auto t = py::reinterpret_borrow<py::tuple>(h);
     if (t.size() != 3) RaiseInvalid("save_staged: each copy is (source address, staging address, nbytes)");
-    StagingCopy c{reinterpret_cast<const void*>(t[0].cast<uintptr_t>()), reinterpret_cast<void*>(t[1].cast<uintptr_t>()),
+    CopyRange c{reinterpret_cast<const void*>(t[0].cast<uintptr_t>()), reinterpret_cast<void*>(t[1].cast<uintptr_t>()),
                   t[2].cast<size_t>()};
     if (c.nbytes > 0 && (c.src == nullptr || c.dst == nullptr)) RaiseInvalid("save_staged: a copy has a null address");
     cs.push_back(c);
   }
   Store& store = self.get();
-  auto staged = std::make_shared<StagedSave>(&store, std::move(req), std::move(cs), self.exchange_last_staged(nullptr));
-  self.exchange_last_staged(staged);
-  return std::make_shared<PySaveHandle>(staged, std::move(keepalive), staged);
+  auto staged = std::make_shared<StagedSave>(&store, std::move(req), cs, self.exchange_last_staged(nullptr));
+  self.exchange_last_staged(staged->handle());
+  return std::make_shared<PySaveHandle>(staged->handle(), std::move(keepalive), staged);
 }
 
 py::dict TensorInfoDict(const TensorInfo& t) {

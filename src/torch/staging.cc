@@ -64,6 +64,7 @@ struct StagingPool::Overlap {
   DeviceCopies device;
   std::mutex mu;
   std::condition_variable cv;
+  std::unique_ptr<SharedCopy> copy;  // the CPU copies, set once the memory is there (under mu)
   bool host_done = false;  // the copy thread no longer reads live tensors
   bool fenced = false;
   std::thread thread;
@@ -261,12 +262,21 @@ void StagingPool::copy_in_background(StagingPool* pool, StagingBuffer* buf, Over
   Status st;
   try {
     (void)pool->ensure_capacity(buf, need);
+    std::vector<CopyRange> ranges;
     for (size_t i = 0; i < ov->entries.size(); ++i) {
-      if (ov->staged[i]) continue;
       const Entry& e = ov->entries[i];
-      const size_t n = e.nbytes();
-      if (n) std::memcpy(buf->mem.data + ov->offsets[i], e.is_blob ? e.blob.data() : e.tensor.data_ptr(), n);
+      if (ov->staged[i] || e.nbytes() == 0) continue;
+      ranges.push_back({e.is_blob ? static_cast<const void*>(e.blob.data()) : e.tensor.data_ptr(),
+                        buf->mem.data + ov->offsets[i], e.nbytes()});
     }
+    SharedCopy* copy;
+    {
+      std::lock_guard<std::mutex> lk(ov->mu);
+      ov->copy = std::make_unique<SharedCopy>(ranges);
+      copy = ov->copy.get();
+    }
+    ov->cv.notify_all();  // a fence waiting already joins the copy
+    (void)copy->copy();
   } catch (const Error& e) {
     st = e.status();
   } catch (const std::exception& e) {
@@ -296,6 +306,14 @@ void StagingPool::copy_in_background(StagingPool* pool, StagingBuffer* buf, Over
 double StagingPool::fence() {
   if (!overlap_ || overlap_->fenced) return 0;
   auto t0 = Clock::now();
+  SharedCopy* copy = nullptr;
+  {
+    std::unique_lock<std::mutex> lk(overlap_->mu);
+    overlap_->cv.wait(lk, [&] { return overlap_->host_done || overlap_->copy; });
+    if (!overlap_->host_done) copy = overlap_->copy.get();
+  }
+  // The training thread is blocked here anyway: it copies what is left alongside the copy thread.
+  if (copy) (void)copy->copy();
   {
     std::unique_lock<std::mutex> lk(overlap_->mu);
     overlap_->cv.wait(lk, [&] { return overlap_->host_done; });

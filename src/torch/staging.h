@@ -87,8 +87,9 @@ class StagingPool {
   // (bytes, entries, stall_s = the part copied now) and returns the save's handle at once.
   std::shared_ptr<SaveHandle> start_overlapped(StagingBuffer* buf, std::vector<Entry> entries, int64_t step,
                                                Submit submit, SnapshotResult* res);
-  // Waits until the overlapped snapshot in flight no longer reads live tensors; returns the
-  // seconds waited (0 when none is in flight or it was already done).
+  // Waits until the overlapped snapshot in flight no longer reads live tensors, taking CPU copy
+  // pieces alongside the copy thread (see deferred_save.h); returns the seconds waited (0 when
+  // none is in flight or it was already done).
   double fence();
   // The in-place slot, once the previous in-place save is done (waits until `deadline`); its
   // items point into `entries`, which it keeps. nullptr when an entry is not CPU-contiguous

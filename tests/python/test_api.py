@@ -154,6 +154,35 @@ def test_overlapped_copy_is_fenced_before_the_optimizer_changes_the_state(tmp_pa
         assert torch.equal(optim2.state[p]["momentum_buffer"], buf)
 
 
+def test_fence_copies_alongside_the_background_copy_and_every_byte_arrives(tmp_path):
+    # Odd sizes and offsets: pieces end mid-range, streaming stores start and end unaligned.
+    sizes = [(24 << 20) + 12, 3, (9 << 20) + 4093, 1 << 20, 0, 17]
+    sources = [torch.randint(0, 256, (n,), dtype=torch.uint8) for n in sizes]
+    staging = _C.Buffer(sum(sizes) + 64 * len(sizes))
+    view = torch.frombuffer(staging, dtype=torch.uint8)
+    copies, items, off = [], [], 7
+    for i, (n, src) in enumerate(zip(sizes, sources)):
+        copies.append((src.data_ptr(), staging.address + off, n))
+        items.append((f"t:{i}", "bytes", [], staging.address + off if n else 0, n))
+        off += n + 61
+    store = _C.Store(str(tmp_path))
+    h = store.save_staged(1, copies, items, {}, keepalive=(staging, sources))
+    assert h.wait_staged() is True  # copies pieces itself while the background thread does too
+    assert h.staged() and h.wait_staged(timeout_s=0) is True
+    off = 7
+    for n, src in zip(sizes, sources):
+        assert torch.equal(view[off:off + n], src)
+        off += n + 61
+    assert h.wait(timeout_s=120) is True
+    back = [torch.zeros(n, dtype=torch.uint8) for n in sizes]
+    r = store.restore([(f"t:{i}", "bytes", [], t.data_ptr() if n else 0, n)
+                       for i, (n, t) in enumerate(zip(sizes, back))], strict=False)
+    assert r["step"] == 1
+    for got, want in zip(back, sources):
+        assert torch.equal(got, want)
+    store.close()
+
+
 def test_unstorable_value_is_refused_naming_its_path(tmp_path):
     with pytest.raises(preempt.InvalidArgumentError, match=r"'cfg:opts.fn'.*without pickle"):
         preempt.save({"cfg": {"opts": {"fn": lambda: 1}}}, tmp_path)

@@ -199,7 +199,8 @@ class TrainingState {
   CheckpointResult checkpoint_overlapped(Store& store, int64_t step, WhenBusy when_busy = WhenBusy::kWait,
                                          Deadline deadline = Deadline::Never());
   // The fence before the optimizer update: waits until the overlapped checkpoint in flight no
-  // longer reads live parameters and optimizer state. Returns the seconds waited (0 when nothing
+  // longer reads live parameters and optimizer state, copying what is left of them alongside the
+  // copy thread. Returns the seconds waited (0 when nothing
   // was in flight). Never throws: a failed copy is reported on the checkpoint's handle.
   double before_update();
   // Waits for every save started by this object; returns the first error.
