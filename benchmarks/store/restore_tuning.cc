@@ -3,7 +3,7 @@
 // configuration once, in a rotated order, and each configuration is compared with the default
 // of the same repetition (paired ratios), next to plain reads of the same bytes.
 //
-//   restore_tuning [--gib 2] [--dir DIR] [--reps 5] [--chunks-mib 4] [--depths 4,8,16,32]
+//   restore_tuning [--gib 2] [--dir DIR] [--reps 5] [--chunks-mib 4] [--depths 8,16,32,64]
 //                  [--buffered] [--cold drop|evict]
 //
 // One checkpoint per chunk size (16 tensors of equal size, --gib in all) is saved once; then per
@@ -12,7 +12,8 @@
 //   plain    the 4 MiB-chunk checkpoint's files read with O_DIRECT, 4 MiB x 8 in flight (like
 //            fio), and buffered, one 4 MiB read at a time (the kernel's readahead does the rest)
 // Reported: median seconds and GB/s per configuration, and the median and range of its per-rep
-// speed-up over the default (4 MiB, depth 8, O_DIRECT). Not run by benchmarks/run.sh (minutes).
+// speed-up over the default (4 MiB chunks, StoreOptions::read_queue_depth, O_DIRECT). Not run by
+// benchmarks/run.sh (minutes).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -46,7 +47,7 @@ struct Options {
   std::string dir = "/tmp/preempt-bench/restore-tuning";
   int reps = 5;
   std::vector<int> chunks_mib{4};
-  std::vector<int> depths{4, 8, 16, 32};
+  std::vector<int> depths{8, 16, 32, 64};
   bool buffered = false;
   std::string cold = "drop";
 };
@@ -94,7 +95,7 @@ Options Parse(int argc, char** argv) {
       o.cold = next();
       if (o.cold != "drop" && o.cold != "evict") Die("bad --cold '" + o.cold + "' (drop|evict)");
     } else if (a == "-h" || a == "--help") {
-      std::printf("usage: restore_tuning [--gib 2] [--dir DIR] [--reps 5] [--chunks-mib 4] [--depths 4,8,16,32] "
+      std::printf("usage: restore_tuning [--gib 2] [--dir DIR] [--reps 5] [--chunks-mib 4] [--depths 8,16,32,64] "
                   "[--buffered] [--cold drop|evict]\n");
       std::exit(0);
     } else {
@@ -102,7 +103,8 @@ Options Parse(int argc, char** argv) {
     }
   }
   if (std::find(o.chunks_mib.begin(), o.chunks_mib.end(), 4) == o.chunks_mib.end()) o.chunks_mib.push_back(4);
-  if (std::find(o.depths.begin(), o.depths.end(), 8) == o.depths.end()) o.depths.push_back(8);
+  const int default_depth = preempt::StoreOptions().read_queue_depth;
+  if (std::find(o.depths.begin(), o.depths.end(), default_depth) == o.depths.end()) o.depths.push_back(default_depth);
   return o;
 }
 
@@ -166,7 +168,7 @@ int main(int argc, char** argv) {
     configs.push_back({name, [&opt, &targets, &dst, &src, each, chunk, depth, dio, n] {
                          preempt::StoreOptions so;
                          so.root = RootFor(opt, chunk);
-                         so.queue_depth = depth;
+                         so.read_queue_depth = depth;
                          so.direct_io = dio;
                          preempt::Store store(so);
                          preempt::RestoreResult rr;
@@ -180,10 +182,11 @@ int main(int argc, char** argv) {
                          return secs;
                        }, {}});
   };
-  add_restore(4, 8, preempt::DirectIo::kAuto);  // the default, configs[0]
+  const int default_depth = preempt::StoreOptions().read_queue_depth;
+  add_restore(4, default_depth, preempt::DirectIo::kAuto);  // the default, configs[0]
   for (int chunk : opt.chunks_mib) {
     for (int depth : opt.depths) {
-      if (chunk != 4 || depth != 8) add_restore(chunk, depth, preempt::DirectIo::kAuto);
+      if (chunk != 4 || depth != default_depth) add_restore(chunk, depth, preempt::DirectIo::kAuto);
       if (opt.buffered) add_restore(chunk, depth, preempt::DirectIo::kOff);
     }
   }
