@@ -2,7 +2,7 @@
 // repetition reads the same state five ways, cold, in a rotated order, and the figures are
 // per-repetition ratios (medians and ranges) rather than ratios of numbers taken minutes apart:
 //   restore      TrainingState::restore into the live tensors (preempt through the torch layer)
-//   store        Store::restore of the same checkpoint into pre-faulted buffers (its own speed)
+//   store        Store::restore of the same checkpoint into the same tensors (its own speed)
 //   torch_load   torch::load(model) + torch::load(optimizer) from torch::save files of the state
 //   direct_read  the checkpoint's files read with O_DIRECT, 4 MiB reads, as many in flight as
 //                the store's restore keeps (StoreOptions::read_queue_depth; fio's way)
@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <map>
 
 #include "disk_read.h"
 #include "sections.h"
@@ -37,38 +38,55 @@ void FsyncFile(const std::string& path) {
   std::exit(1);
 }
 
-// Pre-faulted buffers for every entry of the newest checkpoint, as restore targets.
-struct StoreTargets {
-  std::vector<preempt::AlignedBuffer> bufs;
-  std::vector<preempt::RestoreTarget> targets;
-  std::string dir;  // the checkpoint directory
-};
+// The live tensors of a size case by checkpoint entry name ("model:<parameter>",
+// "optim:state.<i>.<key>", the names TrackedModule and TrackedOptimizer give them).
+std::map<std::string, at::Tensor> LiveTensors(const SizeCase& c) {
+  std::map<std::string, at::Tensor> m;
+  for (const auto& kv : c.model->named_parameters()) m["model:" + kv.key()] = kv.value();
+  size_t i = 0;
+  for (const auto& g : c.adam->param_groups()) {
+    for (const auto& p : g.params()) {
+      auto it = c.adam->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      if (it != c.adam->state().end()) {
+        auto& s = static_cast<torch::optim::AdamParamState&>(*it->second);
+        m["optim:state." + std::to_string(i) + ".exp_avg"] = s.exp_avg();
+        m["optim:state." + std::to_string(i) + ".exp_avg_sq"] = s.exp_avg_sq();
+      }
+      ++i;
+    }
+  }
+  return m;
+}
 
-StoreTargets TargetsFor(preempt::Store& store) {
-  std::vector<preempt::CheckpointInfo> cps;
-  preempt::ThrowIfError(store.list(&cps));
-  if (cps.empty()) Die("nothing to restore");
-  preempt::CheckpointManifest man;
-  preempt::ThrowIfError(preempt::Store::ReadManifest(cps.front().path, 0, &man));
-  StoreTargets st;
-  st.dir = cps.front().path;
+// Every entry of checkpoint manifest `man` as a restore target: the live tensor of the same name
+// (the memory TrainingState::restore writes, so both restores write the same pages and no third
+// copy of the state is held), an owned buffer for the small rest (optimizer records, blobs).
+// Made again before each restore: TrainingState::restore may replace the optimizer's tensors.
+std::vector<preempt::RestoreTarget> TargetsFor(const SizeCase& c, const preempt::CheckpointManifest& man) {
+  const std::map<std::string, at::Tensor> live = LiveTensors(c);
+  std::vector<preempt::RestoreTarget> targets;
   for (const auto& t : man.tensors) {
-    st.bufs.emplace_back(t.nbytes, /*prefault=*/true);
     preempt::RestoreTarget rt;
     rt.name = t.name;
     rt.dtype = t.dtype;
     rt.shape = t.shape;
-    rt.data = st.bufs.back().data();
     rt.nbytes = t.nbytes;
-    st.targets.push_back(rt);
+    auto it = live.find(t.name);
+    if (it != live.end() && static_cast<uint64_t>(it->second.numel() * it->second.element_size()) == t.nbytes) {
+      rt.data = it->second.data_ptr();
+    } else {
+      rt.owned = true;
+    }
+    targets.push_back(rt);
   }
-  return st;
+  return targets;
 }
 
 struct Way {
   std::string name;
-  std::function<void()> run;
+  std::function<void()> run;  // timed
   std::vector<double> secs;
+  std::function<void()> prepare = [] {};  // before the cache is made cold; not timed
 };
 
 double PlainRead(const std::vector<std::string>& files, bool direct, int depth) {
@@ -139,16 +157,21 @@ void RunRestoreSection(const Options& opt, SizeCase& c, double stall_s, Report* 
                 Since(t0), save_s / stall_s);
     out->targets.push_back({L + " torch::save / stall", save_s / stall_s, ">= 20", save_s / stall_s >= 20});
   }
-  StoreTargets st = TargetsFor(*c.store);
-  const std::vector<std::string> ckpt_files = preempt_bench::FilesUnder(st.dir);
+  std::vector<preempt::CheckpointInfo> cps;
+  preempt::ThrowIfError(c.store->list(&cps));
+  if (cps.empty()) Die("nothing to restore");
+  preempt::CheckpointManifest man;
+  preempt::ThrowIfError(preempt::Store::ReadManifest(cps.front().path, 0, &man));
+  const std::vector<std::string> ckpt_files = preempt_bench::FilesUnder(cps.front().path);
+  std::vector<preempt::RestoreTarget> targets;
   std::vector<Way> ways;
   ways.push_back({"restore", [&] {
                     if (!c.state->restore(*c.store)) Die("restore found nothing");
                   }, {}});
   ways.push_back({"store_restore", [&] {
                     preempt::RestoreResult rr;
-                    preempt::ThrowIfError(c.store->restore(st.targets, preempt::RestoreOptions(), &rr));
-                  }, {}});
+                    preempt::ThrowIfError(c.store->restore(targets, preempt::RestoreOptions(), &rr));
+                  }, {}, [&] { targets = TargetsFor(c, man); }});
   const int depth = c.store->options().read_queue_depth;
   ways.push_back({"direct_read", [&] { PlainRead(ckpt_files, true, depth); }, {}});
   if (opt.torch_save) {
@@ -162,6 +185,7 @@ void RunRestoreSection(const Options& opt, SizeCase& c, double stall_s, Report* 
   for (int r = 0; r < opt.reps; ++r) {
     for (size_t k = 0; k < ways.size(); ++k) {
       Way& w = ways[(k + r) % ways.size()];
+      w.prepare();
       std::string why;
       if (!preempt_bench::MakeCold(opt.cold, opt.dir, &why)) cache = "warm";
       const auto t0 = Clock::now();
