@@ -53,7 +53,7 @@ Options Parse(int argc, char** argv) {
   Options o;
   const char* env_dir = std::getenv("PREEMPT_BENCH_DIR");
   o.dir = std::string(env_dir ? env_dir : "/tmp/preempt-bench") + "/torch";
-  bool train_set = false;
+  bool sizes_set = false, interval_set = false, rounds_set = false;  // --quick keeps what was given
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -64,7 +64,7 @@ Options Parse(int argc, char** argv) {
       o.sizes_gib = Sizes(a, next());
     } else if (a == "--train-sizes") {
       o.train_sizes_gib = Sizes(a, next());
-      train_set = true;
+      sizes_set = true;
     } else if (a == "--dir") {
       o.dir = next();
       if (o.dir.empty()) Refuse("--dir is empty");
@@ -81,10 +81,10 @@ Options Parse(int argc, char** argv) {
       if (o.cold != "drop" && o.cold != "evict") Refuse("bad --cold value '" + o.cold + "' (drop or evict)");
     } else if (a == "--train-interval-s") {
       o.train_interval_s = Number(a, next(), 0.1, 3600);
-      train_set = true;
+      interval_set = true;
     } else if (a == "--train-rounds") {
       o.train_rounds = Integer(a, next(), 1, 1000);
-      train_set = true;
+      rounds_set = true;
     } else if (a == "--train-only") {
       o.train_only = true;
     } else if (a == "-h" || a == "--help") {
@@ -98,12 +98,12 @@ Options Parse(int argc, char** argv) {
     o.sizes_gib = {1.0 / 16};
     o.reps = std::min(o.reps, 2);
     o.cold = "evict";
-    if (!train_set) {
-      o.train_sizes_gib = {1.0 / 16};
+    if (!sizes_set) o.train_sizes_gib = {1.0 / 16};
+    if (!interval_set) {
       o.train_interval_s = 2;
       o.train_interval_copies = 5;
-      o.train_rounds = 1;
     }
+    if (!rounds_set) o.train_rounds = 1;
   }
   return o;
 }
