@@ -177,7 +177,9 @@ void Record(const std::string& L, const TrainingLoop& loop, int interval_steps, 
   if (!loop.stalls_s().empty())
     out->targets.push_back({L + " stall per checkpoint / copy", stall / copy, "<= 0.10", stall / copy <= 0.10});
   out->targets.push_back({L + " first checkpoint stall / copy", first / copy, "<= 1.25", first / copy <= 1.25});
-  out->targets.push_back({L + " throughput overhead (median)", Median(wall), "<= 0.01", Median(wall) <= 0.01});
+  // Passes only when the spread resolves it: a noisy machine's median alone could pass by chance.
+  const bool resolved = Median(wall) <= 0.01 && Quantile(wall, 0.75) <= 0.01;
+  out->targets.push_back({L + " throughput overhead (median, Q3 too)", Median(wall), "<= 0.01", resolved});
 }
 
 }  // namespace
