@@ -118,6 +118,7 @@ def merge(args):
         r["fio.size_bytes"] = jw["write"]["io_bytes"]
         r["fio.bs"] = opts.get("bs")
         r["fio.iodepth"] = int(opts.get("iodepth", 0) or 0)
+        r["fio.read_iodepth"] = int(fr["jobs"][0].get("job options", {}).get("iodepth", 0) or 0)
         r["fio.runs"] = list(runs)
         r["fio.write_gbps"] = sum(r[f"fio.write_gbps_{t}"] for t in runs) / len(runs)
         r["fio.read_gbps"] = sum(r[f"fio.read_gbps_{t}"] for t in runs) / len(runs)
@@ -217,7 +218,7 @@ def show(r, out_path=None):
           f"{r.get('fio.bs')} iodepth {r.get('fio.iodepth')} end_fsync=1")
     print(f"  {'fio read (' + size_txt + ')':<26}{fmt(r.get('fio.read_gbps'), 2):>10}   mean of before "
           f"{fmt(r.get('fio.read_gbps_before'), 2)} / after {fmt(r.get('fio.read_gbps_after'), 2)} "
-          f"({r.get('fio.read_cache', '?')} cache)")
+          f"(iodepth {r.get('fio.read_iodepth')}, {r.get('fio.read_cache', '?')} cache)")
     print(f"  reads: store restore {r.get('store.restore_cache', '?')}, torch.load {r.get('torchpy.load_cache', '?')}")
     for L in labels:
         print(f"  store {L}: {fmt(r.get('store.tensors_' + L), 0)} tensors; save = write {fmt(r.get('store.save_write_s_' + L))} s"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # benchmarks/run.sh — the one benchmark command. In one run, on one directory (one disk):
 #   1. fio: O_DIRECT io_uring sequential write (end_fsync=1) and read, bs = chunk size (4 MiB),
-#      iodepth 8, size = the largest store size — the disk's bandwidth the store is held to
+#      iodepth = the store's queue depths (8 for writes, 32 for reads), size = the largest store
+#      size — the disk's bandwidth the store is held to
 #      (run right before and right after bench_store; the mean of the two is the reference);
 #   2. bench_store: preempt::Store save (submit → durable COMMIT) and cold restore, plus a memcpy
 #      of the same bytes, for each size;
@@ -72,7 +73,8 @@ tmp="$here/results/tmp"
 rm -rf "$tmp"
 mkdir -p "$tmp" "$bench_dir"
 chunk_mib=4
-depth=8
+depth=8        # StoreOptions::queue_depth (writes)
+read_depth=32  # StoreOptions::read_queue_depth (restores)
 
 quick_flag=()
 store_sizes=(--sizes "$sizes")
@@ -105,16 +107,16 @@ echo "== preempt benchmarks: dir=$bench_dir build=$build_dir $([[ $quick == 1 ]]
 
 # ---- 1. fio ---------------------------------------------------------------------------------
 fio_file="$bench_dir/fio-seq.dat"
-fio_common=(--name=seq --filename="$fio_file" --size="${fio_mib}M" --bs="${chunk_mib}M" --iodepth="$depth"
+fio_common=(--name=seq --filename="$fio_file" --size="${fio_mib}M" --bs="${chunk_mib}M"
             --direct=1 --ioengine=io_uring --numjobs=1 --group_reporting --output-format=json)
 # run_fio <tag>: sequential write (new file, end_fsync=1) then cold read; leaves fio_<rw>_<tag>.json.
 run_fio() {
   rm -f "$fio_file"
   sync
-  fio "${fio_common[@]}" --rw=write --end_fsync=1 > "$tmp/fio_write_$1.json" 2> "$tmp/fio_write_$1.err" || {
+  fio "${fio_common[@]}" --iodepth="$depth" --rw=write --end_fsync=1 > "$tmp/fio_write_$1.json" 2> "$tmp/fio_write_$1.err" || {
     echo "run.sh: fio write failed:" >&2; cat "$tmp/fio_write_$1.err" >&2; exit 1; }
   drop_caches "$fio_file" > "$tmp/fio_cache"
-  fio "${fio_common[@]}" --rw=read > "$tmp/fio_read_$1.json" 2> "$tmp/fio_read_$1.err" || {
+  fio "${fio_common[@]}" --iodepth="$read_depth" --rw=read > "$tmp/fio_read_$1.json" 2> "$tmp/fio_read_$1.err" || {
     echo "run.sh: fio read failed:" >&2; cat "$tmp/fio_read_$1.err" >&2; exit 1; }
   rm -f "$fio_file"
   "$py" - "$tmp" "$1" <<'EOF'
@@ -127,7 +129,7 @@ EOF
 }
 # fio runs right before and right after bench_store (disk bandwidth drifts on shared/virtual
 # disks); the reference is the mean of the two, both are kept in the JSON.
-echo "-- fio ${fio_mib} MiB (O_DIRECT, io_uring, bs ${chunk_mib} MiB, iodepth $depth; write with end_fsync=1) [+$(( $(date +%s) - t_start ))s]"
+echo "-- fio ${fio_mib} MiB (O_DIRECT, io_uring, bs ${chunk_mib} MiB, iodepth $depth write with end_fsync=1, $read_depth read) [+$(( $(date +%s) - t_start ))s]"
 run_fio before
 
 # ---- 2. bench_store -------------------------------------------------------------------------

@@ -45,9 +45,11 @@
 #include "preempt/buffer.h"
 #include "preempt/log.h"
 #include "preempt/store.h"
+#include "disk_read.h"
 
 namespace {
 
+using preempt_bench::MakeCold;
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kGiB = 1ull << 30;
@@ -99,40 +101,6 @@ std::vector<uint64_t> TensorMix(uint64_t total) {
     add(n);
   }
   return sizes;
-}
-
-// Makes the next read of `dir` cold. "drop": sync + /proc/sys/vm/drop_caches (root only; the
-// whole machine's page cache, dentries and inodes). "evict": only the pages of the files under
-// `dir` (posix_fadvise DONTNEED after fdatasync; needs no privilege and leaves the rest of a
-// shared machine's cache alone). Returns false (and why) when the machine refuses.
-bool MakeCold(const std::string& mode, const std::string& dir, std::string* why) {
-  ::sync();
-  if (mode == "drop") {
-    int fd = ::open("/proc/sys/vm/drop_caches", O_WRONLY);
-    if (fd < 0) {
-      *why = std::string("open /proc/sys/vm/drop_caches: ") + std::strerror(errno);
-      return false;
-    }
-    const bool ok = ::write(fd, "3\n", 2) == 2;
-    if (!ok) *why = std::string("write /proc/sys/vm/drop_caches: ") + std::strerror(errno);
-    ::close(fd);
-    return ok;
-  }
-  std::error_code ec;
-  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::recursive_directory_iterator();
-       it.increment(ec)) {
-    if (!it->is_regular_file(ec)) continue;
-    int fd = ::open(it->path().c_str(), O_RDONLY);
-    if (fd < 0) continue;
-    ::fdatasync(fd);
-    const int rc = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd);
-    if (rc != 0) {
-      *why = "posix_fadvise DONTNEED " + it->path().string() + ": " + std::strerror(rc);
-      return false;
-    }
-  }
-  return true;
 }
 
 // Fills `n` bytes with non-constant data (so nothing is special-cased as zeros): one 64 KiB
@@ -257,11 +225,23 @@ Options Parse(int argc, char** argv) {
       o.cold = next();
       if (o.cold != "drop" && o.cold != "evict") Die("bad --cold '" + o.cold + "' (drop|evict)");
     } else if (a == "--chunk-mib") {
-      o.chunk_bytes = static_cast<size_t>(std::atof(next().c_str()) * kMiB) / 4096 * 4096;
+      const std::string v = next();
+      char* end = nullptr;
+      const double mib = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end || !(mib >= 1.0 / 256) || mib > 256) Die("bad --chunk-mib '" + v + "' (1/256 .. 256)");
+      o.chunk_bytes = std::max<size_t>(4096, static_cast<size_t>(mib * kMiB) / 4096 * 4096);
     } else if (a == "--depth") {
-      o.depth = std::atoi(next().c_str());
+      const std::string v = next();
+      char* end = nullptr;
+      const long d = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end || d < 1 || d > 256) Die("bad --depth '" + v + "' (1 .. 256)");
+      o.depth = static_cast<int>(d);
     } else if (a == "--reps") {
-      o.reps = std::max(1, std::atoi(next().c_str()));
+      const std::string v = next();
+      char* end = nullptr;
+      const long r = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end || r < 1 || r > 1000) Die("bad --reps '" + v + "' (1 .. 1000)");
+      o.reps = static_cast<int>(r);
       reps_set = true;
     } else if (a == "-h" || a == "--help") {
       Usage();

@@ -183,7 +183,7 @@ Status Store::Impl::restore_step(int64_t step, const std::vector<RestoreTarget>&
   std::unique_ptr<io::IoEngine>& engine = engine_lock.owns_lock() ? restore_engine_ : own_engine;
   if (!engine || engine->slot_bytes() != m.chunk_bytes) {
     io::EngineOptions eo;
-    eo.depth = o_.queue_depth;
+    eo.depth = o_.read_queue_depth;
     eo.slot_bytes = m.chunk_bytes;
     eo.backend = o_.io_backend;
     engine.reset();

@@ -37,6 +37,7 @@ Store::Store(StoreOptions options) : options_(std::move(options)) {
     throw invalid("chunk_bytes must be a multiple of 4096 in [4 KiB, 1 GiB]");
   }
   if (options_.queue_depth < 1 || options_.queue_depth > 256) throw invalid("queue_depth must be in [1, 256]");
+  if (options_.read_queue_depth < 1 || options_.read_queue_depth > 256) throw invalid("read_queue_depth must be in [1, 256]");
   if (!(options_.commit_timeout_s > 0)) throw invalid("commit_timeout_s must be > 0");
   impl_ = std::make_unique<Impl>(options_);
 }

@@ -19,7 +19,11 @@
 //
 // Knobs:
 //   --sleep-ms N            per step                --sleep-before-ms N  after restore, before step 0
+//   --compute-ms N          per step, between backward and the update fence (stands in for a
+//                           longer forward and backward: what an overlapped snapshot hides behind)
 //   --extra-mib N           an extra tracked buffer, changed every step (bigger checkpoints)
+//   --extra-param 1         hold it as a parameter instead (no gradient, changed after the
+//                           update): copied while the next step runs, like model weights
 //   --hidden N              width of the hidden layer (default 64; another value = a config change)
 //   --stuck-rank R --stuck-step S   that rank sleeps 600 s before its gradient all_reduce of step S
 //   --slow-step S --slow-ms N0,N1,...   step S takes Nr ms longer on rank r, before its step_end
@@ -54,7 +58,8 @@ struct Args {
   int rank = 0, world = 1;
   std::string rendezvous, dir, loss_log, hints;
   int64_t steps = 100, every = 0, check_every = 1;
-  int sleep_ms = 0, sleep_before_ms = 0, extra_mib = 0, staging_buffers = 2, hidden = 64;
+  int sleep_ms = 0, sleep_before_ms = 0, compute_ms = 0, extra_mib = 0, staging_buffers = 2, hidden = 64;
+  bool extra_param = false;
   bool pipelined = false, early_handlers = false, fence = true;
   int stuck_rank = -1, slow_ms = 0;
   int64_t stuck_step = -1, slow_step = -1;
@@ -80,8 +85,10 @@ Args Parse(int argc, char** argv) {
     else if (k == "--every") a.every = std::stoll(v);
     else if (k == "--check-every") a.check_every = std::stoll(v);
     else if (k == "--sleep-ms") a.sleep_ms = std::stoi(v);
+    else if (k == "--compute-ms") a.compute_ms = std::stoi(v);
     else if (k == "--sleep-before-ms") a.sleep_before_ms = std::stoi(v);
     else if (k == "--extra-mib") a.extra_mib = std::stoi(v);
+    else if (k == "--extra-param") a.extra_param = v == "1";
     else if (k == "--hidden") a.hidden = std::stoi(v);
     else if (k == "--staging-buffers") a.staging_buffers = std::stoi(v);
     else if (k == "--pipelined") a.pipelined = v == "1";
@@ -170,7 +177,8 @@ int Train(const Args& a) {
   preempt::torch::DataCursor cursor;
   torch::Tensor extra = torch::zeros({int64_t(a.extra_mib) * 1024 * 1024 / 4});
   auto extra_holder = std::make_shared<torch::nn::Module>();
-  extra_holder->register_buffer("blob", extra);
+  if (a.extra_param) extra_holder->register_parameter("blob", extra, /*requires_grad=*/false);
+  else extra_holder->register_buffer("blob", extra);
   std::unique_ptr<SlowCommitFileSystem> slow_fs;
   if (a.slow_commit_ms > 0) slow_fs = std::make_unique<SlowCommitFileSystem>(a.slow_commit_ms);
 
@@ -245,6 +253,7 @@ int Train(const Args& a) {
       if (!rt.wait_registered().ok()) break;  // a peer is gone and the grace is spent
       for (auto& p : model->parameters()) p.grad().div_(a.world);
     }
+    if (a.compute_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.compute_ms));
     if (a.fence) rt.before_update();  // lets periodic checkpoints overlap with the next step
     optim.step();
     // The extra state changes every step (one value in every 64 KiB), so a checkpoint cannot share

@@ -77,6 +77,7 @@ StoreOptions SmallOptions(const std::string& root) {
   o.root = root;
   o.chunk_bytes = 64 << 10;
   o.queue_depth = 4;
+  o.read_queue_depth = 3;  // restores recycle their read buffers too
   return o;
 }
 
@@ -186,6 +187,24 @@ TEST(Store, StrictRestoreNamesMismatches) {
   EXPECT_EQ(s.code(), StatusCode::kMismatch);
   EXPECT_NE(s.message().find("missing in checkpoint: fc2.weight"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("unexpected in checkpoint: fc1.weight"), std::string::npos) << s.message();
+}
+
+TEST(Store, RejectsOutOfRangeQueueDepths) {
+  TempDir dir;
+  for (int depth : {0, 257}) {
+    StoreOptions w = SmallOptions(dir / "ckpt");
+    w.queue_depth = depth;
+    EXPECT_THROW(Store{w}, Error) << depth;
+    StoreOptions r = SmallOptions(dir / "ckpt");
+    r.read_queue_depth = depth;
+    try {
+      Store store(r);
+      ADD_FAILURE() << "read_queue_depth " << depth << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(e.status().message().find("read_queue_depth"), std::string::npos) << e.status().message();
+    }
+  }
 }
 
 TEST(Store, RejectsBadItems) {
