@@ -318,7 +318,9 @@ TEST(Runtime, StuckRankHitsTheDeadlineWithoutHanging) {
   double waited = 0;
   int st = WaitProcess(job.pids[0], 30, &waited);
   EXPECT_EQ(ExitCode(st), 75) << ReadFileOrDie(job.logs[0]);
-  EXPECT_LT(waited, 3.0);
+  // It gave up at its deadline (the log says so); the bound only tells giving up from hanging
+  // (WaitProcess gives up at 30 s): process exit on a loaded 2-core machine takes seconds.
+  EXPECT_LT(waited, 15.0);
   EXPECT_TRUE(LogHas(job.logs[0], "DeadlineExceeded")) << ReadFileOrDie(job.logs[0]);
   kill(job.pids[1], SIGKILL);
   WaitProcess(job.pids[1], 10);
