@@ -96,6 +96,21 @@ void PassState::start(int ji, int node, std::string reason) {
   if (cfg.suspend.on && cfg.kind != PolicyKind::kFcfs && j.cls == cfg.suspend.cls) recheck(cfg.suspend.next_change(now));
 }
 
+void PassState::withdraw(int vi, const std::string& for_job, int for_index, std::string reason) {
+  const Job& v = jobs[vi];
+  JobAction a;
+  a.kind = ActionKind::kWithdraw;
+  a.job = v.id;
+  a.job_index = vi;
+  a.node = v.node;
+  a.for_job = for_job;
+  a.for_index = for_index;
+  a.reason = std::move(reason);
+  chosen[vi] = 1;
+  leaving_on[v.node] -= v.gpus;
+  out.actions.push_back(std::move(a));
+}
+
 void PassState::evict(JobAction a) {
   const Job& v = jobs[a.job_index];
   chosen[a.job_index] = 1;

@@ -80,6 +80,9 @@ class PassState {
   void start(int ji, int node, std::string reason);
   // Emits a victim action (built by VictimAction) and takes the victim's GPUs from its class.
   void evict(JobAction action);
+  // Emits the withdrawal of checkpointing victim vi's eviction (promised to `for_job`, index
+  // for_index or -1): it stays on its node, so its GPUs no longer count as leaving.
+  void withdraw(int vi, const std::string& for_job, int for_index, std::string reason);
 
  private:
   std::vector<int> free_;

@@ -124,22 +124,11 @@ class Placer {
     // own: the victims' GPUs would serve it, and withdrawing would only make it preempt others.
     for (int vi : w->second)
       if (others_above(static_cast<int>(p_.jobs[vi].cls)) > 0) return false;
-    for (int vi : w->second) {
-      const Job& v = p_.jobs[vi];
-      JobAction a;
-      a.kind = ActionKind::kWithdraw;
-      a.job = v.id;
-      a.job_index = vi;
-      a.node = v.node;
-      a.for_job = j.id;
-      a.for_index = ji;
-      a.reason = Fmt("not evicted after all: %s starts on %s instead; keeps running, its requested checkpoint an "
-                     "ordinary commit",
-                     j.id.c_str(), p_.st.nodes[other].name.c_str());
-      p_.chosen[vi] = 1;
-      p_.leaving_on[v.node] -= v.gpus;
-      p_.out.actions.push_back(std::move(a));
-    }
+    for (int vi : w->second)
+      p_.withdraw(vi, j.id, ji,
+                  Fmt("not evicted after all: %s starts on %s instead; keeps running, its requested checkpoint an "
+                      "ordinary commit",
+                      j.id.c_str(), p_.st.nodes[other].name.c_str()));
     p_.start(ji, other, Fmt("fits on %s (%d of %d GPUs free) before its victims on %s have left; their evictions "
                             "withdrawn",
                             p_.st.nodes[other].name.c_str(), p_.free(other), p_.st.nodes[other].gpus,

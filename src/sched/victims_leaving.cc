@@ -59,17 +59,9 @@ Awaiting EvictCheckpointedVictims(PassState* pass) {
     // promised. Withdrawn; a later pass may choose it again, cheaply right after that commit. (A
     // victim without a preemptor frees headroom: evicted as planned.)
     if (for_index < 0 && !v.preemptor.empty()) {
-      JobAction a;
-      a.kind = ActionKind::kWithdraw;
-      a.job = v.id;
-      a.job_index = i;
-      a.node = v.node;
-      a.for_job = v.preemptor;
-      a.reason = Fmt("not evicted after all: %s no longer waits (started elsewhere or left); keeps running",
-                     v.preemptor.c_str());
-      p.chosen[i] = 1;
-      p.leaving_on[v.node] -= v.gpus;
-      p.out.actions.push_back(std::move(a));
+      p.withdraw(i, v.preemptor, -1,
+                 Fmt("not evicted after all: %s no longer waits (started elsewhere or left); keeps running",
+                     v.preemptor.c_str()));
       continue;
     }
     const bool acked = v.hints && v.hints->request_ack >= v.request_id;
