@@ -43,7 +43,6 @@ class Simulation final : public Executor {
   }
   void progress(bool last);
 
-  const Trace& trace_;
   const PolicyOptions& policy_;
   const SimOptions& opt_;
   SimResult& res_;
@@ -73,7 +72,7 @@ class Simulation final : public Executor {
 };
 
 Simulation::Simulation(const Trace& trace, const PolicyOptions& policy, const SimOptions& opt, SimResult* res)
-    : trace_(trace), policy_(policy), opt_(opt), res_(*res), m_(res->metrics), sj_(trace.jobs.size()),
+    : policy_(policy), opt_(opt), res_(*res), m_(res->metrics), sj_(trace.jobs.size()),
       used_(trace.nodes.size(), 0), wait_by_(trace.jobs.size()) {
   fcfs_lazy_ = opt.indexed && policy.kind == PolicyKind::kFcfs;
   if (fcfs_lazy_) other_from_.assign(trace.jobs.size(), -1);

@@ -57,8 +57,9 @@ Awaiting EvictCheckpointedVictims(PassState* pass) {
     // Its preemptor is no longer pending (started elsewhere, e.g. by a cluster scheduler that
     // starts jobs itself, or left): evicting it, even after its commit, would free GPUs nobody was
     // promised. Withdrawn; a later pass may choose it again, cheaply right after that commit. (A
-    // victim without a preemptor frees headroom: evicted as planned.)
-    if (for_index < 0 && !v.preemptor.empty()) {
+    // victim without a preemptor frees headroom, and a moved job restarts on the GPUs held for it:
+    // both leave as planned.)
+    if (for_index < 0 && !v.preemptor.empty() && v.move_to < 0) {
       p.withdraw(i, v.preemptor, -1,
                  Fmt("not evicted after all: %s no longer waits (started elsewhere or left); keeps running",
                      v.preemptor.c_str()));

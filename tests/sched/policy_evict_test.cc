@@ -54,10 +54,12 @@ TEST(Policy, CheckpointingVictimIsKeptWhenItsPreemptorNoLongerWaits) {
     const char* name;
     const char* preemptor;  // "" = none (background headroom)
     bool preemptor_runs;
+    bool moved;
     bool kept;
-  } cases[] = {{"preemptor started elsewhere", "hi", true, true},
-               {"preemptor gone", "hi", false, true},
-               {"no preemptor: headroom", "", false, false}};
+  } cases[] = {{"preemptor started elsewhere", "hi", true, false, true},
+               {"preemptor gone", "hi", false, false, true},
+               {"no preemptor: headroom", "", false, false, false},
+               {"moved job: restarts on the GPUs held for it", "hi", true, true, false}};
   for (const auto& c : cases) {
     B b({2});
     Job& v = b.run("v", L, 1, 0, 3600, MakeHints(1));
@@ -66,11 +68,12 @@ TEST(Policy, CheckpointingVictimIsKeptWhenItsPreemptorNoLongerWaits) {
     v.request_time = kNow - 5;
     v.preemptor = c.preemptor;
     v.hints->request_ack = 7;  // committed
+    if (c.moved) v.move_to = 1;
     if (c.preemptor_runs) b.run("hi", H, 1, 0, 3600, MakeHints(1));
     Decisions d = Decide(b.st, Hint());
     const JobAction* a = find(d, "v");
     ASSERT_NE(a, nullptr) << c.name << Dump(d);
-    EXPECT_EQ(a->kind, c.kept ? ActionKind::kWithdraw : ActionKind::kEvict) << c.name << Dump(d);
+    EXPECT_EQ(a->kind == ActionKind::kWithdraw, c.kept) << c.name << Dump(d);
   }
 }
 
