@@ -150,77 +150,74 @@ Status TuningSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
   return Status::OK();
 }
 
-Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+namespace {
+
+struct AlibabaSpec {
+  const char* label;
+  AlibabaVariant v;
+};
+struct SyntheticSpec {
+  uint64_t seed;
+  int nodes;
+  double load, high;
+};
+
+// A declared set: its Alibaba variants (when the trace directory is given), then its synthetic
+// traces of 1,500 jobs, labelled "<prefix>-syn-s<seed>-n<nodes>-l<load>-h<high %>".
+template <size_t NA, size_t NS>
+Status AddSet(const std::string& dir, const char* prefix, const AlibabaSpec (&ali)[NA], const SyntheticSpec (&syn)[NS],
+              std::vector<ProtocolTrace>* out) {
   out->clear();
-  if (!dir.empty()) {
-    const struct {
-      const char* label;
-      AlibabaVariant v;
-    } ali[] = {
-        {"eval-ali-multi50-s11-x1.3", {0.5, 0, 1, 1, 11, 1.3}},
-        {"eval-ali-multi50-s12-x2.0", {0.5, 0, 1, 1, 12, 2.0}},
-        {"eval-ali-multi50-s13-x1.5", {0.5, 0, 1, 1, 13, 1.5}},
-        {"eval-ali-multi50-s14-x1.8", {0.5, 0, 1, 1, 14, 1.8}},
-        {"eval-ali-multi35-s21-x1.5", {0.35, 0, 1, 1, 21, 1.5}},
-        {"eval-ali-multi35-s22-x2.0", {0.35, 0, 1, 1, 22, 2.0}},
-        {"eval-ali-multi25-s31-x1.7", {0.25, 0, 1, 1, 31, 1.7}},
-        {"eval-ali-rate1.25-x1.5", {0, 0, 1.25, 1, 1, 1.5}},
-        {"eval-ali-rate2-keep60-s32-x1.3", {0, 0, 2, 0.6, 32, 1.3}},
-        {"eval-ali-medium30-s41-x1.5", {0, 0.3, 1, 1, 41, 1.5}},
-        {"eval-ali-medium30-s42-x2.0", {0, 0.3, 1, 1, 42, 2.0}},
-        {"eval-ali-keep70-s43-x1.5", {0, 0, 1, 0.7, 43, 1.5}},
-        {"eval-ali-keep70-s44-x1.8", {0, 0, 1, 0.7, 44, 1.8}},
-        {"eval-ali-multi50-medium30-s51-x1.5", {0.5, 0.3, 1, 1, 51, 1.5}},
-    };
+  if (!dir.empty())
     for (const auto& a : ali) PREEMPT_RETURN_IF_ERROR(AddAlibaba(dir, a.label, a.v, out));
-  }
-  const struct {
-    uint64_t seed;
-    int nodes;
-    double load, high;
-  } syn[] = {{101, 16, 1.0, 0.2}, {102, 16, 1.5, 0.2}, {103, 8, 1.2, 0.2},  {104, 24, 1.2, 0.2},
-             {105, 16, 1.2, 0.1}, {106, 16, 1.2, 0.35}, {107, 8, 1.5, 0.35}, {108, 24, 1.0, 0.1},
-             {109, 16, 1.3, 0.25}, {110, 12, 1.1, 0.2}};
   for (const auto& s : syn) {
     char label[64];
-    snprintf(label, sizeof label, "eval-syn-s%llu-n%d-l%.1f-h%.0f", static_cast<unsigned long long>(s.seed), s.nodes,
-             s.load, 100 * s.high);
+    snprintf(label, sizeof label, "%s-syn-s%llu-n%d-l%.1f-h%.0f", prefix, static_cast<unsigned long long>(s.seed),
+             s.nodes, s.load, 100 * s.high);
     AddSynthetic(label, s.seed, 1500, s.nodes, s.load, s.high, out);
   }
   return Status::OK();
 }
 
+}  // namespace
+
+Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  static const AlibabaSpec ali[] = {
+      {"eval-ali-multi50-s11-x1.3", {0.5, 0, 1, 1, 11, 1.3}},
+      {"eval-ali-multi50-s12-x2.0", {0.5, 0, 1, 1, 12, 2.0}},
+      {"eval-ali-multi50-s13-x1.5", {0.5, 0, 1, 1, 13, 1.5}},
+      {"eval-ali-multi50-s14-x1.8", {0.5, 0, 1, 1, 14, 1.8}},
+      {"eval-ali-multi35-s21-x1.5", {0.35, 0, 1, 1, 21, 1.5}},
+      {"eval-ali-multi35-s22-x2.0", {0.35, 0, 1, 1, 22, 2.0}},
+      {"eval-ali-multi25-s31-x1.7", {0.25, 0, 1, 1, 31, 1.7}},
+      {"eval-ali-rate1.25-x1.5", {0, 0, 1.25, 1, 1, 1.5}},
+      {"eval-ali-rate2-keep60-s32-x1.3", {0, 0, 2, 0.6, 32, 1.3}},
+      {"eval-ali-medium30-s41-x1.5", {0, 0.3, 1, 1, 41, 1.5}},
+      {"eval-ali-medium30-s42-x2.0", {0, 0.3, 1, 1, 42, 2.0}},
+      {"eval-ali-keep70-s43-x1.5", {0, 0, 1, 0.7, 43, 1.5}},
+      {"eval-ali-keep70-s44-x1.8", {0, 0, 1, 0.7, 44, 1.8}},
+      {"eval-ali-multi50-medium30-s51-x1.5", {0.5, 0.3, 1, 1, 51, 1.5}},
+  };
+  static const SyntheticSpec syn[] = {{101, 16, 1.0, 0.2},  {102, 16, 1.5, 0.2},  {103, 8, 1.2, 0.2},
+                                      {104, 24, 1.2, 0.2},  {105, 16, 1.2, 0.1},  {106, 16, 1.2, 0.35},
+                                      {107, 8, 1.5, 0.35},  {108, 24, 1.0, 0.1},  {109, 16, 1.3, 0.25},
+                                      {110, 12, 1.1, 0.2}};
+  return AddSet(dir, "eval", ali, syn, out);
+}
+
 Status DevelopmentSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  out->clear();
-  if (!dir.empty()) {
-    const struct {
-      const char* label;
-      AlibabaVariant v;
-    } ali[] = {
-        {"dev-ali-multi50-s61-x1.5", {0.5, 0, 1, 1, 61, 1.5}},
-        {"dev-ali-multi50-s62-x2.0", {0.5, 0, 1, 1, 62, 2.0}},
-        {"dev-ali-multi35-s63-x1.8", {0.35, 0, 1, 1, 63, 1.8}},
-        {"dev-ali-multi25-s64-x1.5", {0.25, 0, 1, 1, 64, 1.5}},
-        {"dev-ali-medium30-s65-x1.8", {0, 0.3, 1, 1, 65, 1.8}},
-        {"dev-ali-keep70-s66-x2.0", {0, 0, 1, 0.7, 66, 2.0}},
-        {"dev-ali-rate1.25-keep80-s67-x1.5", {0, 0, 1.25, 0.8, 67, 1.5}},
-        {"dev-ali-multi50-medium30-s68-x1.7", {0.5, 0.3, 1, 1, 68, 1.7}},
-    };
-    for (const auto& a : ali) PREEMPT_RETURN_IF_ERROR(AddAlibaba(dir, a.label, a.v, out));
-  }
-  const struct {
-    uint64_t seed;
-    int nodes;
-    double load, high;
-  } syn[] = {{201, 16, 1.2, 0.2}, {202, 8, 1.4, 0.3}, {203, 24, 1.1, 0.15},
-             {204, 12, 1.3, 0.25}, {205, 16, 1.0, 0.35}, {206, 20, 1.5, 0.1}};
-  for (const auto& s : syn) {
-    char label[64];
-    snprintf(label, sizeof label, "dev-syn-s%llu-n%d-l%.1f-h%.0f", static_cast<unsigned long long>(s.seed), s.nodes,
-             s.load, 100 * s.high);
-    AddSynthetic(label, s.seed, 1500, s.nodes, s.load, s.high, out);
-  }
-  return Status::OK();
+  static const AlibabaSpec ali[] = {
+      {"dev-ali-multi50-s61-x1.5", {0.5, 0, 1, 1, 61, 1.5}},
+      {"dev-ali-multi50-s62-x2.0", {0.5, 0, 1, 1, 62, 2.0}},
+      {"dev-ali-multi35-s63-x1.8", {0.35, 0, 1, 1, 63, 1.8}},
+      {"dev-ali-multi25-s64-x1.5", {0.25, 0, 1, 1, 64, 1.5}},
+      {"dev-ali-medium30-s65-x1.8", {0, 0.3, 1, 1, 65, 1.8}},
+      {"dev-ali-keep70-s66-x2.0", {0, 0, 1, 0.7, 66, 2.0}},
+      {"dev-ali-rate1.25-keep80-s67-x1.5", {0, 0, 1.25, 0.8, 67, 1.5}},
+      {"dev-ali-multi50-medium30-s68-x1.7", {0.5, 0.3, 1, 1, 68, 1.7}},
+  };
+  static const SyntheticSpec syn[] = {{201, 16, 1.2, 0.2}, {202, 8, 1.4, 0.3}, {203, 24, 1.1, 0.15}, {204, 12, 1.3, 0.25}, {205, 16, 1.0, 0.35}, {206, 20, 1.5, 0.1}};
+  return AddSet(dir, "dev", ali, syn, out);
 }
 
 TargetResult CheckProtocolTargets(const SimMetrics& h, const SimMetrics& k, const SimMetrics& r) {
