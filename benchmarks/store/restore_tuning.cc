@@ -4,16 +4,21 @@
 // of the same repetition (paired ratios), next to plain reads of the same bytes.
 //
 //   restore_tuning [--gib 2] [--dir DIR] [--reps 5] [--chunks-mib 4] [--depths 8,16,32,64]
-//                  [--buffered] [--cold drop|evict]
+//                  [--buffered] [--cold drop|evict] [--filler-gib 0]
 //
 // One checkpoint per chunk size (16 tensors of equal size, --gib in all) is saved once; then per
-// repetition, each cold (see MakeCold):
+// repetition, each cold (see MakeCold). --filler-gib N writes N GiB to another file through the
+// page cache after the saves (as a torch::save or a data loader's cache would): a virtual disk
+// may serve the newest writes from its host's cache, and reads must not be measured only there.
+// Per repetition:
 //   restore  chunk C, depth D, O_DIRECT (and, with --buffered, through the page cache)
 //   plain    the 4 MiB-chunk checkpoint's files read with O_DIRECT, 4 MiB x 8 in flight (like
 //            fio), and buffered, one 4 MiB read at a time (the kernel's readahead does the rest)
 // Reported: median seconds and GB/s per configuration, and the median and range of its per-rep
 // speed-up over the default (4 MiB chunks, StoreOptions::read_queue_depth, O_DIRECT). Not run by
 // benchmarks/run.sh (minutes).
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -50,6 +55,7 @@ struct Options {
   std::vector<int> depths{8, 16, 32, 64};
   bool buffered = false;
   std::string cold = "drop";
+  int filler_gib = 0;
 };
 
 std::vector<int> IntList(const std::string& flag, const std::string& s, int lo, int hi) {
@@ -89,6 +95,8 @@ Options Parse(int argc, char** argv) {
       o.chunks_mib = IntList(a, next(), 1, 64);
     } else if (a == "--depths") {
       o.depths = IntList(a, next(), 1, 256);
+    } else if (a == "--filler-gib") {
+      o.filler_gib = IntList(a, next(), 0, 64).front();
     } else if (a == "--buffered") {
       o.buffered = true;
     } else if (a == "--cold") {
@@ -96,7 +104,7 @@ Options Parse(int argc, char** argv) {
       if (o.cold != "drop" && o.cold != "evict") Die("bad --cold '" + o.cold + "' (drop|evict)");
     } else if (a == "-h" || a == "--help") {
       std::printf("usage: restore_tuning [--gib 2] [--dir DIR] [--reps 5] [--chunks-mib 4] [--depths 8,16,32,64] "
-                  "[--buffered] [--cold drop|evict]\n");
+                  "[--buffered] [--cold drop|evict] [--filler-gib 0]\n");
       std::exit(0);
     } else {
       Die("unknown argument " + a);
@@ -151,6 +159,16 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n; ++i) req.items.push_back({"t" + std::to_string(i), preempt::DType::kBytes, {}, src[i].data(), each});
     const preempt::Status s = store.save(std::move(req));
     if (!s.ok()) Die("save: " + s.to_string());
+  }
+  if (opt.filler_gib > 0) {
+    const std::string filler = opt.dir + "/filler";
+    FILE* f = std::fopen(filler.c_str(), "wb");
+    if (!f) Die("cannot create " + filler);
+    for (uint64_t off = 0; off < static_cast<uint64_t>(opt.filler_gib) << 30; off += each) {
+      if (std::fwrite(src[0].data(), 1, each, f) != each) Die("cannot write " + filler);
+    }
+    if (std::fflush(f) != 0 || ::fsync(fileno(f)) != 0) Die("cannot sync " + filler);
+    std::fclose(f);
   }
   for (int i = 0; i < n; ++i) {
     preempt::RestoreTarget t;
