@@ -14,8 +14,8 @@
 //                                 O_DIRECT / buffered reads of the same files; medians and
 //                                 per-repetition ratios, with the ceiling the disk sets
 // Then, for each --train-sizes size, the training loop with and without periodic overlapped
-// checkpoints (training_loop.cc): stall per checkpoint, and the throughput and CPU-time
-// overhead over ABBA pairs (median and spread).
+// checkpoints, and with a plain write of the same bytes (training_loop.cc): stall per
+// checkpoint, and the throughput and CPU-time overhead per round (median and spread).
 // Figures go to stdout and, with --json, to one JSON object with a "targets" list. With the
 // defaults and --sizes 1,4 a run takes about 10 minutes.
 #include <cstdio>

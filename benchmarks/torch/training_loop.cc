@@ -3,19 +3,18 @@
 // A WideMlp with Adam trains on one intra-op thread (forward, backward, the update fence, the
 // update). Checkpoints come at a realistic period: every --train-interval-s seconds of training
 // (default 20 s; production runs checkpoint every few minutes, so this overstates the cost), or
-// every 100 plain copies of the state when that is longer (--quick: 2 s or 5 copies). The run
-// alternates segments of one period without and with a checkpoint (taken after the segment's
-// first step; the segment ends when that checkpoint is durable), ABBA so that drift of a shared
-// machine cancels, on one model and one staging (set up once, as a real run does). Per pair of
-// segments: the wall-time overhead (with / without - 1, what throughput loses) and the process
-// CPU-time overhead (getrusage; every thread, io_uring workers included; less sensitive to
-// other tenants).
+// every 100 plain copies of the state when that is longer (--quick: 2 s or 5 copies). Each round
+// runs segments of one period without and with a checkpoint (taken after the segment's first
+// step; the segment ends when that checkpoint is durable), on one model and one staging (set up
+// once, as a real run does). Per round: the wall-time overhead (with / without - 1, what
+// throughput loses) and the process CPU-time overhead (getrusage; every thread, io_uring workers
+// included; less sensitive to other tenants).
 //
 // A third kind of segment measures the floor that the disk sets: instead of a checkpoint, a
 // thread writes the same number of bytes from memory to a new file with O_DIRECT and syncs it (what
-// fio does). On a virtual machine, moving bytes to the disk costs the training thread time even
-// with a core to spare; a checkpoint that writes the state cannot cost less than that. The three
-// kinds run in every order, one order per round.
+// fio does). On a virtual machine, moving bytes to the disk can cost the training thread time
+// even with a core to spare; a checkpoint that writes the state cannot cost less than that. The
+// three kinds run in every order, one order per round, so that drift of a shared machine cancels.
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
