@@ -68,6 +68,11 @@ struct StoreOptions {
   FileSystem* fs = nullptr;        // nullptr: FileSystem::Default()
   // Unchanged chunks are referenced, not rewritten (see above). Off: every chunk is written.
   bool dedup = true;
+  // A chunk that lies inside one item, at a 4 KiB-aligned address, with a length that is a
+  // multiple of 4 KiB, is written straight from the item's memory (hashed there first) instead
+  // of being copied into an I/O buffer: one copy of the state less per save (staging buffers and
+  // tensors of whole pages qualify). Off: every written chunk is copied.
+  bool write_from_items = true;
   // Multi-rank commit: rank 0 polls the step directory until every rank's manifest is there (the
   // root is shared by all ranks), for at most this long.
   double commit_timeout_s = 600;
@@ -87,6 +92,7 @@ struct SaveStats {
   uint64_t bytes = 0;            // payload bytes
   uint64_t written_bytes = 0;    // payload bytes of the chunks written to this step's data file
   uint64_t referenced_bytes = 0; // payload bytes of unchanged chunks referenced in an older step
+  uint64_t from_items_bytes = 0; // of written_bytes: written straight from the items' memory (no copy)
   double queued_s = 0;           // time waiting behind an earlier save
   double write_s = 0;            // data written (copy to staging + checksums + I/O)
   double sync_s = 0;             // fdatasync of data + manifest

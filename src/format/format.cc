@@ -232,7 +232,7 @@ Status LayoutItems(const std::vector<SaveItem>& items, std::vector<TensorInfo>* 
     }
     std::string bad = CheckEntryShape(it.dtype, it.shape, it.nbytes);
     if (!bad.empty()) return Status(StatusCode::kInvalidArgument, "item " + it.name + ": " + bad);
-    offset = AlignUp(offset, kTensorAlignment);
+    offset = AlignUp(offset, it.nbytes >= kPageAlignedTensorBytes ? kIoAlignment : kTensorAlignment);
     TensorInfo t;
     t.name = it.name;
     t.dtype = it.dtype;

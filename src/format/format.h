@@ -29,6 +29,10 @@ inline constexpr uint32_t kMinFormatVersion = 1;  // oldest version this build r
 inline constexpr uint64_t kMaxManifestBytes = 64ull << 20;
 inline constexpr uint64_t kMaxCommitBytes = 1ull << 20;
 inline constexpr uint64_t kTensorAlignment = 64;   // tensors start on cache-line offsets
+// Tensors of at least this many bytes start on 4 KiB offsets, so that a chunk inside one of them
+// held in page-aligned memory (staging) can be written from there without a copy. Readers take
+// offsets from the manifest; any order-preserving, non-overlapping layout restores.
+inline constexpr uint64_t kPageAlignedTensorBytes = 64 << 10;
 inline constexpr uint64_t kMinChunkBytes = 4096;
 inline constexpr uint64_t kMaxChunkBytes = 1ull << 30;
 inline constexpr int kMaxWorldSize = 1 << 20;

@@ -105,6 +105,7 @@ class UringQueue final : public IoQueue {
     if (!error_.ok()) return error_;
     *out = free_.back();
     free_.pop_back();
+    (*out)->source = nullptr;
     return Status::OK();
   }
 
@@ -165,6 +166,8 @@ class UringQueue final : public IoQueue {
     if (slot->reading) {
       if (fixed) io_uring_prep_read_fixed(sqe, fd_, buf, len, off, slot->index);
       else io_uring_prep_read(sqe, fd_, buf, len, off);
+    } else if (slot->source != nullptr) {  // not a registered buffer
+      io_uring_prep_write(sqe, fd_, slot->source + slot->done, len, off);
     } else {
       if (fixed) io_uring_prep_write_fixed(sqe, fd_, buf, len, off, slot->index);
       else io_uring_prep_write(sqe, fd_, buf, len, off);
@@ -310,6 +313,7 @@ class PosixQueue final : public IoQueue {
     if (!error_.ok()) return error_;
     *out = free_.back();
     free_.pop_back();
+    (*out)->source = nullptr;
     return Status::OK();
   }
 
@@ -393,7 +397,7 @@ class PosixQueue final : public IoQueue {
         st = file_->read_at(slot->data, slot->length, slot->offset, &got);
         slot->done = got;
       } else {
-        st = file_->write_at(slot->data, slot->length, slot->offset);
+        st = file_->write_at(slot->source ? slot->source : slot->data, slot->length, slot->offset);
         slot->done = st.ok() ? slot->length : 0;
       }
       lock.lock();

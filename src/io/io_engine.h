@@ -26,6 +26,9 @@ struct Slot {
   size_t capacity = 0;
   int index = 0;        // index among the engine's slots (= registered buffer index)
   uint64_t tag = 0;
+  // A write from other memory than `data` (4 KiB-aligned when the file is O_DIRECT; it must
+  // stay unchanged until the write completes). Set after acquire(), which clears it.
+  const uint8_t* source = nullptr;
   // In-flight request state (owned by the queue).
   bool reading = false;
   uint64_t offset = 0;  // file offset of the request start
@@ -78,7 +81,8 @@ class IoQueue {
   // A free slot; waits for an in-flight request when all are busy. Errors: the first I/O error
   // of an earlier request, or kDeadlineExceeded.
   virtual Status acquire(Deadline deadline, Slot** out) = 0;
-  // Writes slot->data[0, length) at `offset`; the slot is free again once written.
+  // Writes slot->data[0, length) (or slot->source[0, length)) at `offset`; the slot is free
+  // again once written.
   virtual Status submit_write(Slot* slot, size_t length, uint64_t offset) = 0;
   // Reads `length` bytes at `offset` into the slot; ReadDone runs when complete.
   virtual Status submit_read(Slot* slot, size_t length, uint64_t offset) = 0;

@@ -70,6 +70,17 @@ class LayoutBytes {
     return XXH3_64bits_digest(h);
   }
 
+  // The memory of [begin, end) when it lies inside one item, else nullptr.
+  const uint8_t* Contiguous(uint64_t begin, uint64_t end) const {
+    const uint8_t* out = nullptr;
+    int segments = 0;
+    for_each_segment(begin, end, [&](const uint8_t* src, uint64_t off, uint64_t len) {
+      ++segments;
+      if (src && off == begin && len == end - begin) out = src;
+    });
+    return segments == 1 ? out : nullptr;
+  }
+
   // Copies [begin, end) to dst and returns its XXH3, hashing each piece right after copying it,
   // while it is still in cache: the checksum covers exactly the bytes written.
   uint64_t CopyAndHash(uint64_t begin, uint64_t end, uint8_t* dst, XXH3_state_t* h) const {
@@ -145,8 +156,8 @@ class InPlaceHashes {
 class ChunkWriter {
  public:
   ChunkWriter(SaveJob* job, Manifest* m, const Manifest* base, const LayoutBytes& bytes, io::IoQueue* queue,
-              XXH3_state_t* hash, SaveStats* stats)
-      : job_(job), m_(*m), base_(base), bytes_(bytes), queue_(queue), hash_(hash), stats_(stats) {}
+              XXH3_state_t* hash, SaveStats* stats, bool from_items)
+      : job_(job), m_(*m), base_(base), bytes_(bytes), queue_(queue), hash_(hash), stats_(stats), from_items_(from_items) {}
 
   // Chunk `c`; `in_place_hash`: its checksum computed from the items (nullptr: not computed).
   // Unchanged: referenced. Changed: copied to a staging slot, hashed and written.
@@ -160,6 +171,10 @@ class ChunkWriter {
     const uint64_t payload = bytes_.Payload(begin, begin + len);
     job_->written_.fetch_add(payload, std::memory_order_relaxed);
     if (in_place_hash && *in_place_hash == base_->chunk_xxh3[c]) return reference(c, payload);
+    const uint8_t* src = from_items_ ? bytes_.Contiguous(begin, begin + len) : nullptr;
+    if (src && len % kIoAlignment == 0 && reinterpret_cast<uintptr_t>(src) % kIoAlignment == 0) {
+      return put_from_item(c, src, len, payload, in_place_hash);
+    }
     if (slot_ == nullptr) PREEMPT_RETURN_IF_ERROR(queue_->acquire(Deadline::Never(), &slot_));
     const uint64_t h = bytes_.CopyAndHash(begin, begin + len, slot_->data, hash_);
     if (SameChunk(base_, m_, c) && h == base_->chunk_xxh3[c]) return reference(c, payload);  // slot kept
@@ -175,6 +190,30 @@ class ChunkWriter {
   }
 
  private:
+  // Chunk c, whole pages of one item at `src`: hashed and written there, no copy.
+  Status put_from_item(uint64_t c, const uint8_t* src, uint64_t len, uint64_t payload, const uint64_t* in_place_hash) {
+    uint64_t h = 0;
+    if (in_place_hash) {
+      h = *in_place_hash;
+    } else {
+      XXH3_64bits_reset(hash_);
+      XXH3_64bits_update(hash_, src, len);
+      h = XXH3_64bits_digest(hash_);
+    }
+    if (SameChunk(base_, m_, c) && h == base_->chunk_xxh3[c]) return reference(c, payload);
+    io::Slot* slot = slot_;  // a slot kept from a referenced chunk, or a new one
+    slot_ = nullptr;
+    if (slot == nullptr) PREEMPT_RETURN_IF_ERROR(queue_->acquire(Deadline::Never(), &slot));
+    slot->source = src;
+    m_.chunk_xxh3[c] = h;
+    m_.chunk_offset[c] = m_.file_bytes;
+    PREEMPT_RETURN_IF_ERROR(queue_->submit_write(slot, len, m_.file_bytes));
+    m_.file_bytes += len;
+    stats_->written_bytes += payload;
+    stats_->from_items_bytes += payload;
+    return Status::OK();
+  }
+
   // The base's location of chunk c: the step that wrote the bytes, never a reference to a reference.
   Status reference(uint64_t c, uint64_t payload) {
     m_.chunk_xxh3[c] = base_->chunk_xxh3[c];
@@ -191,6 +230,7 @@ class ChunkWriter {
   io::IoQueue* const queue_;
   XXH3_state_t* const hash_;
   SaveStats* const stats_;
+  const bool from_items_;
   io::Slot* slot_ = nullptr;  // acquired and not yet submitted: kept across referenced chunks
 };
 
@@ -250,7 +290,7 @@ Status Store::Impl::write_rank_files(SaveJob* job, const std::string& tmp_dir, S
     std::vector<uint64_t> expected_written, expected_unchanged;
     for (uint64_t c = 0; c < chunks; ++c) (expect_unchanged(c) ? expected_unchanged : expected_written).push_back(c);
     InPlaceHashes in_place(bytes, m, std::move(expected_unchanged), job->cancelled_);
-    ChunkWriter writer(job, &m, base, bytes, queue.get(), hash_state_.get(), stats);
+    ChunkWriter writer(job, &m, base, bytes, queue.get(), hash_state_.get(), stats, o_.write_from_items);
     for (uint64_t c : expected_written) PREEMPT_RETURN_IF_ERROR(writer.put(c, nullptr));
     in_place.finish();
     for (size_t i = 0; i < in_place.chunks().size(); ++i) {
