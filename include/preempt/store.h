@@ -73,6 +73,9 @@ struct StoreOptions {
   // of being copied into an I/O buffer: one copy of the state less per save (staging buffers and
   // tensors of whole pages qualify). Off: every written chunk is copied.
   bool write_from_items = true;
+  // The same on restore: such a chunk of a target's entry is read straight into the target's
+  // memory and verified there, without a bounce through an I/O buffer. Off: every chunk bounces.
+  bool read_into_targets = true;
   // Multi-rank commit: rank 0 polls the step directory until every rank's manifest is there (the
   // root is shared by all ranks), for at most this long.
   double commit_timeout_s = 600;
@@ -179,6 +182,7 @@ struct RestoreResult {
   std::vector<std::string> rejected;               // checkpoints skipped, "<path>: <reason>"
   double read_s = 0;
   uint64_t bytes = 0;
+  uint64_t in_place_bytes = 0;  // of `bytes`: read straight into the targets (read_into_targets)
   std::string backend;
 };
 

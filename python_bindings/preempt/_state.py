@@ -33,6 +33,14 @@ from ._rng import RngState
 FORMAT_VERSION = "1"
 _STATE_KEY = "preempt.py.state:"
 _ALIGN = 64  # staging offsets: any dtype can view its slice
+# Pieces of at least _PAGE_PIECE bytes start on a page, as in the store's layout: the store then
+# writes their whole chunks straight from staging instead of copying them (write_from_items).
+_PAGE, _PAGE_PIECE = 4096, 64 << 10
+
+
+def _aligned(off, nbytes):
+    a = _PAGE if nbytes >= _PAGE_PIECE else _ALIGN
+    return (off + a - 1) // a * a
 
 
 def _unwrap(obj):
@@ -210,7 +218,7 @@ class TrainingState:
         pieces = self.collect()[0] if pieces is None else pieces
         off = 0
         for p in pieces:
-            off = (off + _ALIGN - 1) // _ALIGN * _ALIGN + p.nbytes
+            off = _aligned(off, p.nbytes) + p.nbytes
         return max(off, 1)
 
     def reserve_async(self):
@@ -267,7 +275,7 @@ class TrainingState:
         pieces, meta = self.collect()
         offsets, off = [], 0
         for p in pieces:
-            off = (off + _ALIGN - 1) // _ALIGN * _ALIGN
+            off = _aligned(off, p.nbytes)
             offsets.append(off)
             off += p.nbytes
         self.stats["last_alloc_s"] = s.ensure(max(off, 1))

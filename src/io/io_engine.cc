@@ -106,6 +106,7 @@ class UringQueue final : public IoQueue {
     *out = free_.back();
     free_.pop_back();
     (*out)->source = nullptr;
+    (*out)->target = nullptr;
     return Status::OK();
   }
 
@@ -163,7 +164,9 @@ class UringQueue final : public IoQueue {
     unsigned len = static_cast<unsigned>(slot->length - slot->done);
     uint64_t off = slot->offset + slot->done;
     const bool fixed = engine_->ring_->registered;
-    if (slot->reading) {
+    if (slot->reading && slot->target != nullptr) {  // not a registered buffer
+      io_uring_prep_read(sqe, fd_, slot->target + slot->done, len, off);
+    } else if (slot->reading) {
       if (fixed) io_uring_prep_read_fixed(sqe, fd_, buf, len, off, slot->index);
       else io_uring_prep_read(sqe, fd_, buf, len, off);
     } else if (slot->source != nullptr) {  // not a registered buffer
@@ -314,6 +317,7 @@ class PosixQueue final : public IoQueue {
     *out = free_.back();
     free_.pop_back();
     (*out)->source = nullptr;
+    (*out)->target = nullptr;
     return Status::OK();
   }
 
@@ -394,7 +398,7 @@ class PosixQueue final : public IoQueue {
       Status st;
       if (slot->reading) {
         size_t got = 0;
-        st = file_->read_at(slot->data, slot->length, slot->offset, &got);
+        st = file_->read_at(slot->target ? slot->target : slot->data, slot->length, slot->offset, &got);
         slot->done = got;
       } else {
         st = file_->write_at(slot->source ? slot->source : slot->data, slot->length, slot->offset);

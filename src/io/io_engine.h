@@ -29,6 +29,8 @@ struct Slot {
   // A write from other memory than `data` (4 KiB-aligned when the file is O_DIRECT; it must
   // stay unchanged until the write completes). Set after acquire(), which clears it.
   const uint8_t* source = nullptr;
+  // A read into other memory than `data` (the same alignment rule), e.g. a restore target.
+  uint8_t* target = nullptr;
   // In-flight request state (owned by the queue).
   bool reading = false;
   uint64_t offset = 0;  // file offset of the request start

@@ -94,7 +94,14 @@ Status MatchTargets(const std::string& dir, const Manifest& m, const std::vector
   return Status::OK();
 }
 
-// Verifies one chunk read into `slot` from the file `dp` and scatters its bytes to the destinations.
+Status ChecksumMismatch(const Manifest& m, const std::string& dp, uint64_t c, uint64_t begin, uint64_t len) {
+  return Status(StatusCode::kCorruption, dp + ": " + store_internal::ChunkLabel(m, c) + " (bytes " + std::to_string(begin) + ".." +
+                                             std::to_string(begin + len) + ", tensors " +
+                                             format::TensorsInRange(m, begin, begin + len) + ") checksum mismatch");
+}
+
+// Verifies one chunk read into `slot` from the file `dp` and scatters its bytes to the
+// destinations; a chunk read straight into its destination (slot->target) is verified there.
 Status ScatterChunk(const Manifest& m, const std::string& dp, const std::vector<Destination>& dest,
                     XXH3_state_t* hash, io::Slot* slot, size_t got) {
   const uint64_t c = slot->tag;
@@ -108,6 +115,11 @@ Status ScatterChunk(const Manifest& m, const std::string& dp, const std::vector<
   // the end of the chunk: targets may then hold unverified bytes, which the contract allows (a
   // failed restore leaves targets unspecified; a fallback rewrites all).
   XXH3_64bits_reset(hash);
+  if (slot->target != nullptr) {  // read in place (see restore_step): verify there
+    XXH3_64bits_update(hash, slot->target, len);
+    if (XXH3_64bits_digest(hash) != m.chunk_xxh3[c]) return ChecksumMismatch(m, dp, c, begin, len);
+    return Status::OK();
+  }
   auto first = std::lower_bound(dest.begin(), dest.end(), begin, [](const Destination& d, uint64_t b) {
     return d.info->offset + d.info->nbytes <= b;
   });
@@ -121,12 +133,22 @@ Status ScatterChunk(const Manifest& m, const std::string& dp, const std::vector<
       if (it->info->offset + it->info->nbytes <= piece_end) first = it + 1;
     }
   }
-  if (XXH3_64bits_digest(hash) != m.chunk_xxh3[c]) {
-    return Status(StatusCode::kCorruption, dp + ": " + store_internal::ChunkLabel(m, c) + " (bytes " + std::to_string(begin) + ".." +
-                                               std::to_string(begin + len) + ", tensors " +
-                                               format::TensorsInRange(m, begin, begin + len) + ") checksum mismatch");
-  }
+  if (XXH3_64bits_digest(hash) != m.chunk_xxh3[c]) return ChecksumMismatch(m, dp, c, begin, len);
   return Status::OK();
+}
+
+// The destination memory of chunk c when the chunk lies inside one destination at a 4 KiB-aligned
+// address and is whole pages (it can be read there directly), else nullptr.
+uint8_t* InPlaceTarget(const Manifest& m, const std::vector<Destination>& dest, uint64_t c) {
+  const uint64_t begin = c * m.chunk_bytes;
+  const uint64_t len = std::min<uint64_t>(m.chunk_bytes, m.data_bytes - begin);
+  if (len % kIoAlignment != 0) return nullptr;
+  auto it = std::lower_bound(dest.begin(), dest.end(), begin, [](const Destination& d, uint64_t b) {
+    return d.info->offset + d.info->nbytes <= b;
+  });
+  if (it == dest.end() || it->info->offset > begin || it->info->offset + it->info->nbytes < begin + len) return nullptr;
+  uint8_t* p = it->data + (begin - it->info->offset);
+  return reinterpret_cast<uintptr_t>(p) % kIoAlignment == 0 ? p : nullptr;
 }
 
 }  // namespace
@@ -212,6 +234,8 @@ Status Store::Impl::restore_step(int64_t step, const std::vector<RestoreTarget>&
       s = queue->acquire(Deadline::Never(), &slot);
       if (!s.ok()) break;
       slot->tag = ci;
+      if (o_.read_into_targets) slot->target = InPlaceTarget(m, dest, ci);
+      if (slot->target) r->in_place_bytes += format::ChunkLength(m, ci);
       s = queue->submit_read(slot, AlignUp(format::ChunkLength(m, ci), kIoAlignment), m.chunk_offset[ci]);
       if (!s.ok()) break;
     }

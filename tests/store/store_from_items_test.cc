@@ -1,6 +1,7 @@
-// Chunks written straight from the items' memory (StoreOptions::write_from_items): which chunks
-// qualify, that the files are the same as with a copy, and that deduplication, checksums, both
-// I/O backends and a full disk behave as for copied chunks.
+// Chunks written straight from the items' memory (StoreOptions::write_from_items) and read
+// straight into the targets' memory (read_into_targets): which chunks qualify, that the files and
+// the restored bytes are the same as with a copy, and that deduplication, checksums, both I/O
+// backends and a full disk behave as for copied chunks.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -165,6 +166,55 @@ TEST(WriteFromItems, AFullDiskFailsTheSaveAndThePreviousCheckpointRestores) {
   EXPECT_EQ(s.code(), StatusCode::kNoSpace) << s.to_string();
   fs.space_left = -1;
   ExpectRestores(store, first, 1);
+}
+
+TEST(ReadIntoTargets, WholePagesOfOneTargetAreReadInPlaceAndVerifiedThere) {
+  TempDir dir;
+  const State st(14);
+  {
+    Store writer(Options(dir.path(), true));
+    SaveOrDie(writer, st, 1);
+  }
+  for (bool in_place : {true, false}) {
+    for (IoBackend backend : {IoBackend::kAuto, IoBackend::kPosix}) {
+      StoreOptions o = Options(dir.path(), true, backend);
+      o.read_into_targets = in_place;
+      Store store(o);
+      State got(99);  // page-aligned targets of the same sizes, other bytes
+      std::vector<RestoreTarget> targets;
+      for (auto [name, buf] : {std::pair<const char*, AlignedBuffer*>{"big", &got.big}, {"small", &got.small}, {"odd", &got.odd}}) {
+        RestoreTarget t;
+        t.name = name;
+        t.dtype = DType::kUInt8;
+        t.shape = {static_cast<int64_t>(buf->size())};
+        t.data = buf->data();
+        t.nbytes = buf->size();
+        targets.push_back(t);
+      }
+      RestoreResult r;
+      const Status s = store.restore(targets, RestoreOptions(), &r);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      EXPECT_EQ(r.in_place_bytes, in_place ? st.big.size() + 2 * kChunk : 0u);
+      EXPECT_EQ(0, std::memcmp(got.big.data(), st.big.data(), st.big.size()));
+      EXPECT_EQ(0, std::memcmp(got.small.data(), st.small.data(), st.small.size()));
+      EXPECT_EQ(0, std::memcmp(got.odd.data(), st.odd.data(), st.odd.size()));
+    }
+  }
+}
+
+TEST(ReadIntoTargets, ATruncatedFileIsReportedNotReadPastItsEnd) {
+  TempDir dir;
+  const State st(15);
+  Store store(Options(dir.path(), true));
+  SaveOrDie(store, st, 1);
+  std::filesystem::resize_file(DataFile(dir.path(), 1), 3 * kChunk + 100);  // inside "big"
+  RestoreOptions ro;
+  ro.strict = false;
+  ro.fallback = false;
+  RestoreResult r;
+  const Status s = store.restore({}, ro, &r);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.to_string();
+  EXPECT_NE(s.message().find(format::RankDataName(0)), std::string::npos) << s.message();
 }
 
 }  // namespace
