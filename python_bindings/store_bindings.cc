@@ -141,6 +141,9 @@ class PySaveHandle {
     SaveStats st = h_->stats();
     py::dict d;
     d["bytes"] = st.bytes;
+    d["written_bytes"] = st.written_bytes;
+    d["referenced_bytes"] = st.referenced_bytes;
+    d["from_items_bytes"] = st.from_items_bytes;
     d["queued_s"] = st.queued_s;
     d["write_s"] = st.write_s;
     d["sync_s"] = st.sync_s;
@@ -193,7 +196,8 @@ class PyStore {
 
 std::unique_ptr<PyStore> MakeStore(const std::string& root, int rank, int world_size, int keep_last,
                                    size_t chunk_bytes, int queue_depth, const std::string& io_backend,
-                                   const std::string& direct_io, double commit_timeout_s) {
+                                   const std::string& direct_io, double commit_timeout_s, bool dedup,
+                                   bool write_from_items, bool read_into_targets, int read_queue_depth) {
   if (root.empty()) RaiseInvalid("Store: root must not be empty");
   if (world_size < 1) RaiseInvalid("Store: world_size must be >= 1, not " + std::to_string(world_size));
   if (rank < 0 || rank >= world_size)
@@ -202,6 +206,8 @@ std::unique_ptr<PyStore> MakeStore(const std::string& root, int rank, int world_
   if (chunk_bytes == 0 || chunk_bytes % kIoAlignment != 0)
     RaiseInvalid("Store: chunk_bytes must be a positive multiple of 4096, not " + std::to_string(chunk_bytes));
   if (queue_depth < 1) RaiseInvalid("Store: queue_depth must be >= 1, not " + std::to_string(queue_depth));
+  if (read_queue_depth < 1 || read_queue_depth > 256)
+    RaiseInvalid("Store: read_queue_depth must be in [1, 256], not " + std::to_string(read_queue_depth));
   if (!(commit_timeout_s > 0)) RaiseInvalid("Store: commit_timeout_s must be > 0");
   StoreOptions o;
   o.root = root;
@@ -213,6 +219,10 @@ std::unique_ptr<PyStore> MakeStore(const std::string& root, int rank, int world_
   o.io_backend = ParseBackend(io_backend);
   o.direct_io = ParseDirect(direct_io);
   o.commit_timeout_s = commit_timeout_s;
+  o.dedup = dedup;
+  o.write_from_items = write_from_items;
+  o.read_into_targets = read_into_targets;
+  o.read_queue_depth = read_queue_depth;
   return std::make_unique<PyStore>(std::move(o));
 }
 
@@ -319,6 +329,7 @@ py::dict Restore(PyStore& self, const py::list& targets, std::optional<int64_t> 
   d["rejected"] = r.rejected;
   d["read_s"] = r.read_s;
   d["bytes"] = r.bytes;
+  d["in_place_bytes"] = r.in_place_bytes;
   d["backend"] = r.backend;
   return d;
 }
@@ -374,7 +385,9 @@ void BindStore(py::module_& m) {
   py::class_<PyStore>(m, "Store", "Crash-consistent checkpoints of named byte buffers (see preempt/store.h).")
       .def(py::init(&MakeStore), py::arg("root"), py::arg("rank") = 0, py::arg("world_size") = 1,
            py::arg("keep_last") = 3, py::arg("chunk_bytes") = size_t{4} << 20, py::arg("queue_depth") = 8,
-           py::arg("io_backend") = "auto", py::arg("direct_io") = "auto", py::arg("commit_timeout_s") = 600.0)
+           py::arg("io_backend") = "auto", py::arg("direct_io") = "auto", py::arg("commit_timeout_s") = 600.0,
+           py::arg("dedup") = true, py::arg("write_from_items") = true, py::arg("read_into_targets") = true,
+           py::arg("read_queue_depth") = 32)
       .def("save_async", &SaveAsync, py::arg("step"), py::arg("items"), py::arg("metadata"),
            py::arg("keepalive") = py::none())
       .def("save_staged", &SaveStaged, py::arg("step"), py::arg("copies"), py::arg("items"), py::arg("metadata"),

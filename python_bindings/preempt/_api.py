@@ -70,12 +70,15 @@ def _state_for(state_dict, metadata=None):
     return st
 
 
-def save_async(state_dict, dir, *, step=0, metadata=None, keep_last=3, io_backend="auto", direct_io="auto"):
+def save_async(state_dict, dir, *, step=0, metadata=None, keep_last=3, io_backend="auto", direct_io="auto",
+               dedup=True):
     """Copies the state into staging and returns a SaveHandle (`wait()` for the commit). The
-    directory stays locked for writing (one writer per rank) until the handle is released."""
+    directory stays locked for writing (one writer per rank) until the handle is released.
+    dedup: chunks equal to the newest committed checkpoint's are referenced, not rewritten
+    (False: every byte is written; `handle.stats()` says how many were)."""
     rank, world = _rank_world()
     store = _C.Store(os.fspath(dir), rank=rank, world_size=world, keep_last=keep_last,
-                     io_backend=io_backend, direct_io=direct_io)
+                     io_backend=io_backend, direct_io=direct_io, dedup=bool(dedup))
     st = _state_for(state_dict, metadata)
     h = st.checkpoint(store, int(step), wait_for_staging=True)
     h._owner = (store, st)  # the store and the staging live as long as the handle

@@ -103,6 +103,8 @@ class Runtime:
     track_rng                    torch CPU/CUDA, `random` and NumPy generators (default True)
     metadata                     str -> str stored in every checkpoint's manifest
     io_backend, direct_io        "auto" | "uring" | "posix", "auto" | "on" | "off"
+    dedup                        chunks unchanged since the newest committed checkpoint are
+                                 referenced, not rewritten (default True; False: full copies)
     overlap_copy                 copy the parameters of tracked optimizers and their state into
                                  staging on a native thread during the next step, fenced at the
                                  start of optimizer.step() (see _fence); False: all of the copy
@@ -119,7 +121,7 @@ class Runtime:
                  install_signal_handlers=True, process_group=None, staging_buffers=2, track_rng=True,
                  metadata=None, io_backend="auto", direct_io="auto", exit_code_preempted=EXIT_PREEMPTED,
                  exit_code_failed=EXIT_STOP_FAILED, hints_path=None, job=None, gpus=0, reserve_staging=True,
-                 overlap_copy=True):
+                 overlap_copy=True, dedup=True):
         if not dir:
             raise _C.InvalidArgumentError("Runtime: dir is required")
         for key, v in (("every_steps", every_steps), ("every_seconds", every_seconds), ("check_every", check_every - 1)):
@@ -136,7 +138,7 @@ class Runtime:
         self.check_every = int(check_every)
         self._overlap = bool(overlap_copy)
         self._exit_preempted, self._exit_failed = exit_code_preempted, exit_code_failed
-        self._store_args = dict(keep_last=keep_last, io_backend=io_backend, direct_io=direct_io)
+        self._store_args = dict(keep_last=keep_last, io_backend=io_backend, direct_io=direct_io, dedup=bool(dedup))
         self._group = _Group(process_group)
         self.state = TrainingState(staging_buffers=staging_buffers, metadata=metadata, track_rng=track_rng)
         self.store = None

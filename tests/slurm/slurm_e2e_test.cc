@@ -130,14 +130,16 @@ class SlurmE2E : public ::testing::Test {
 // whose shell requeues the job) run side by side in `low`, two GPUs each; one high job needs all
 // four GPUs, so SLURM preempts both. Each commits inside GraceTime, is requeued and resumes; every
 // step's loss and the final weights equal an uninterrupted run's (computed meanwhile). The runs
-// are long enough for SLURM, which sometimes takes ~20 s to act on a preemption.
+// are long enough for SLURM, which sometimes takes ~20 s to act on a preemption, on a machine busy
+// with other tests (the Python job once finished its 600 steps, and the C++ job was 32 s into its
+// 45 s, when SLURM acted: both now run about twice as long).
 TEST_F(SlurmE2E, PreemptedLowJobsCommitInsideGraceTimeAreRequeuedAndResumeBitwise) {
   // The Python job first: it takes longest to start (importing torch); the C++ job starts once it
-  // trains, so that both still have ~40 s to go when the high job arrives.
+  // trains, so that both still have ~60 s or more to go when the high job arrives.
   int rc = 0;
   std::string why = Sh("cd / && /usr/bin/python3 -c 'import torch, preempt' 2>&1", &rc);
   const bool python = rc == 0;
-  const std::string train = SourceDir() + "/examples/python/train.py", py_args = " --steps 600 --every 150";
+  const std::string train = SourceDir() + "/examples/python/train.py", py_args = " --steps 1200 --every 300";
   std::future<std::string> py_ref;
   std::string py;
   if (python) {
@@ -157,7 +159,7 @@ TEST_F(SlurmE2E, PreemptedLowJobsCommitInsideGraceTimeAreRequeuedAndResumeBitwis
         << "the Python job did not train: " << JobState(py) << "\n" << ReadIfExists(dir_ / "py.out");
   }
 
-  const std::string args = "--steps 1500 --every 300";
+  const std::string args = "--steps 3000 --every 600";
   auto cpp_ref = std::async(std::launch::async, [&] { return reference(dir_, args, 1, dir_ / "ref.loss"); });
   WriteScript(dir_ / "low.sh", "#!/bin/bash\nexport PREEMPT_GRACE_S=20\nexec " + Trainer() + " --dir " +
                                    (dir_ / "ckpt") + " " + args + " --sleep-ms 30 --loss-log " + (dir_ / "loss") +

@@ -168,6 +168,20 @@ TEST(WriteFromItems, AFullDiskFailsTheSaveAndThePreviousCheckpointRestores) {
   ExpectRestores(store, first, 1);
 }
 
+std::vector<RestoreTarget> TargetsOf(State& got) {
+  std::vector<RestoreTarget> targets;
+  for (auto [name, buf] : {std::pair<const char*, AlignedBuffer*>{"big", &got.big}, {"small", &got.small}, {"odd", &got.odd}}) {
+    RestoreTarget t;
+    t.name = name;
+    t.dtype = DType::kUInt8;
+    t.shape = {static_cast<int64_t>(buf->size())};
+    t.data = buf->data();
+    t.nbytes = buf->size();
+    targets.push_back(t);
+  }
+  return targets;
+}
+
 TEST(ReadIntoTargets, WholePagesOfOneTargetAreReadInPlaceAndVerifiedThere) {
   TempDir dir;
   const State st(14);
@@ -181,24 +195,47 @@ TEST(ReadIntoTargets, WholePagesOfOneTargetAreReadInPlaceAndVerifiedThere) {
       o.read_into_targets = in_place;
       Store store(o);
       State got(99);  // page-aligned targets of the same sizes, other bytes
-      std::vector<RestoreTarget> targets;
-      for (auto [name, buf] : {std::pair<const char*, AlignedBuffer*>{"big", &got.big}, {"small", &got.small}, {"odd", &got.odd}}) {
-        RestoreTarget t;
-        t.name = name;
-        t.dtype = DType::kUInt8;
-        t.shape = {static_cast<int64_t>(buf->size())};
-        t.data = buf->data();
-        t.nbytes = buf->size();
-        targets.push_back(t);
-      }
       RestoreResult r;
-      const Status s = store.restore(targets, RestoreOptions(), &r);
+      const Status s = store.restore(TargetsOf(got), RestoreOptions(), &r);
       ASSERT_TRUE(s.ok()) << s.to_string();
       EXPECT_EQ(r.in_place_bytes, in_place ? st.big.size() + 2 * kChunk : 0u);
       EXPECT_EQ(0, std::memcmp(got.big.data(), st.big.data(), st.big.size()));
       EXPECT_EQ(0, std::memcmp(got.small.data(), st.small.data(), st.small.size()));
       EXPECT_EQ(0, std::memcmp(got.odd.data(), st.odd.data(), st.odd.size()));
     }
+  }
+}
+
+// A chunk read in place that fails its checksum has already overwritten the target: the restore
+// must fail naming the file, and the fallback must overwrite every target with the older step.
+TEST(ReadIntoTargets, AFlippedByteReadInPlaceFailsAndTheFallbackRestoresTheOlderStep) {
+  TempDir dir;
+  State st(16);
+  StoreOptions o = Options(dir.path(), true);
+  o.dedup = false;  // step 2's chunks are its own
+  Store store(o);
+  SaveOrDie(store, st, 1);
+  const State first(16);
+  st.Reseed(17);
+  SaveOrDie(store, st, 2);
+  testing::FlipByte(DataFile(dir.path(), 2), 3 * kChunk + 5);  // inside "big", read in place
+  for (bool fallback : {false, true}) {
+    State got(99);
+    RestoreOptions ro;
+    ro.fallback = fallback;
+    RestoreResult r;
+    const Status s = store.restore(TargetsOf(got), ro, &r);
+    if (!fallback) {
+      EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.to_string();
+      EXPECT_NE(s.message().find("step-00000002/" + format::RankDataName(0)), std::string::npos) << s.message();
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(r.step, 1);
+    EXPECT_GT(r.in_place_bytes, 0u);
+    EXPECT_EQ(0, std::memcmp(got.big.data(), first.big.data(), first.big.size()));
+    EXPECT_EQ(0, std::memcmp(got.small.data(), first.small.data(), first.small.size()));
+    EXPECT_EQ(0, std::memcmp(got.odd.data(), first.odd.data(), first.odd.size()));
   }
 }
 
