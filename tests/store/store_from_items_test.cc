@@ -136,12 +136,8 @@ TEST(WriteFromItems, UnchangedChunksAreStillReferenced) {
   ExpectRestores(store, st, 3);
 }
 
-TEST(WriteFromItems, AFlippedByteInAChunkWrittenFromMemoryIsDetected) {
-  TempDir dir;
-  const State st(11);
-  Store store(Options(dir.path(), true));
-  SaveOrDie(store, st, 1);
-  testing::FlipByte(DataFile(dir.path(), 1), 2 * kChunk + 17);  // inside "big"
+// The newest checkpoint, alone (no fallback), fails as corrupt, naming its data file.
+void ExpectCorruptionNamingTheDataFile(Store& store) {
   RestoreOptions ro;
   ro.strict = false;
   ro.fallback = false;
@@ -149,6 +145,15 @@ TEST(WriteFromItems, AFlippedByteInAChunkWrittenFromMemoryIsDetected) {
   const Status s = store.restore({}, ro, &r);
   EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.to_string();
   EXPECT_NE(s.message().find(format::RankDataName(0)), std::string::npos) << s.message();
+}
+
+TEST(WriteFromItems, AFlippedByteInAChunkWrittenFromMemoryIsDetected) {
+  TempDir dir;
+  const State st(11);
+  Store store(Options(dir.path(), true));
+  SaveOrDie(store, st, 1);
+  testing::FlipByte(DataFile(dir.path(), 1), 2 * kChunk + 17);  // inside "big"
+  ExpectCorruptionNamingTheDataFile(store);
 }
 
 TEST(WriteFromItems, AFullDiskFailsTheSaveAndThePreviousCheckpointRestores) {
@@ -245,13 +250,7 @@ TEST(ReadIntoTargets, ATruncatedFileIsReportedNotReadPastItsEnd) {
   Store store(Options(dir.path(), true));
   SaveOrDie(store, st, 1);
   std::filesystem::resize_file(DataFile(dir.path(), 1), 3 * kChunk + 100);  // inside "big"
-  RestoreOptions ro;
-  ro.strict = false;
-  ro.fallback = false;
-  RestoreResult r;
-  const Status s = store.restore({}, ro, &r);
-  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.to_string();
-  EXPECT_NE(s.message().find(format::RankDataName(0)), std::string::npos) << s.message();
+  ExpectCorruptionNamingTheDataFile(store);
 }
 
 }  // namespace
