@@ -28,6 +28,12 @@ void ApplyDecision(const JobAction& a, double now, int64_t request_id, ClusterSt
       j.phase = JobPhase::kEvicting;
       j.preemptor = a.for_job;
       return;
+    case ActionKind::kCheckpointAhead:
+      // Still running, promised to nobody; the request is remembered (no budget record: nothing
+      // is preempted).
+      j.request_id = request_id;
+      j.request_time = now;
+      return;
     case ActionKind::kWithdraw:
       // Running again, promised to nobody; its request id stays (an acknowledgement of it later
       // is harmless: only a kCheckpointing job's acknowledgement is read).
@@ -55,6 +61,7 @@ Status ExecuteDecisions(const Decisions& decisions, double now, Executor* execut
     switch (a.kind) {
       case ActionKind::kStart: s = executor->start(j, a); break;
       case ActionKind::kRequestCheckpoint:
+      case ActionKind::kCheckpointAhead:
         request_id = ++*next_request_id;
         s = executor->request_checkpoint(j, request_id, a);
         break;

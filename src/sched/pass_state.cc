@@ -92,6 +92,7 @@ void PassState::start(int ji, int node, std::string reason) {
   out.actions.push_back(std::move(a));
   set_free(node, free_[node] - j.gpus);
   placed_by_class[static_cast<int>(j.cls)] += j.gpus;
+  started_by_class[static_cast<int>(j.cls)]++;
   // A class with a suspension window: decide again when the window opens.
   if (cfg.suspend.on && cfg.kind != PolicyKind::kFcfs && j.cls == cfg.suspend.cls) recheck(cfg.suspend.next_change(now));
 }

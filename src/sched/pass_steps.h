@@ -31,6 +31,12 @@ Awaiting EvictCheckpointedVictims(PassState* pass);
 // arrival starts at once instead of waiting for a save.
 void RefillHeadroom(PassState* pass, ClusterRules* rules, const VictimCosts& costs);
 
+// PolicyOptions::ahead_checkpoints: while a high job is still pending (or, with
+// AheadTrigger::kHeadroomShort, the free GPUs are below the reserved headroom), the running lower
+// jobs a high preemptor would have to wait for are asked to checkpoint now (kCheckpointAhead),
+// cheapest first, up to ahead_checkpoints saves in flight.
+void RequestCheckpointsAhead(PassState* pass, ClusterRules* rules, const VictimCosts& costs);
+
 // PolicyOptions::suspend: while its class's window is open, the class's running jobs are preempted
 // (each the way the policy's victim cost says; nobody waits for their GPUs) and a recheck is asked
 // for when the window closes; while it is shut, a recheck when it next opens if the class runs.

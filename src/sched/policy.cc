@@ -291,6 +291,7 @@ const char* ActionKindName(ActionKind k) {
     case ActionKind::kRequestCheckpoint: return "checkpoint-then-evict";
     case ActionKind::kEvict: return "evict";
     case ActionKind::kWithdraw: return "withdraw";
+    case ActionKind::kCheckpointAhead: return "checkpoint-ahead";
   }
   return "start";
 }
@@ -322,6 +323,7 @@ Decisions DecideWith(const ClusterState& st, const JobIndex* index, const Policy
     for (int ji : PendingOrder(st, cfg)) placer.place(ji);
   }
   RefillHeadroom(&pass, &rules, costs);
+  RequestCheckpointsAhead(&pass, &rules, costs);
   if (pass.min_runtime_release < kInf) pass.recheck(pass.min_runtime_release);
   EstimateWaits(&pass, rules);
   return std::move(pass.out);

@@ -174,6 +174,26 @@ Field HighTolerableWaitField() {
           }};
 }
 
+Field AheadWhenField() {
+  using O = PolicyOptions;
+  return {{"ahead_when", "ahead checkpoints", "string", "\"high-pending\" | \"headroom-short\"",
+           "when checkpoints are asked for ahead of need: a high job still pending after the pass, or that or "
+           "fewer free GPUs than the reserved headroom"},
+          [](const rapidjson::Value& v, O* o) {
+            std::string s = v.IsString() ? v.GetString() : "";
+            if (s == "high-pending")
+              o->ahead_when = AheadTrigger::kHighPending;
+            else if (s == "headroom-short")
+              o->ahead_when = AheadTrigger::kHeadroomShort;
+            else
+              return false;
+            return true;
+          },
+          [](const O& o) {
+            return std::string(o.ahead_when == AheadTrigger::kHighPending ? "\"high-pending\"" : "\"headroom-short\"");
+          }};
+}
+
 Field SuspendField() {
   using O = PolicyOptions;
   return {{"suspend", "schedule", "object or \"off\"",
@@ -286,6 +306,12 @@ std::vector<Field> MakeFields() {
                       "a high job waits this long before moves are tried for it"));
   f.push_back(Seconds("wait_alert_s", "limits", &O::wait_alert_s,
                       "suggest action when a high job's estimated wait passes this"));
+  f.push_back(Count("ahead_checkpoints", "ahead checkpoints", &O::ahead_checkpoints,
+                    "likely victims of high jobs (saves slower than their grace) asked to checkpoint ahead of need, "
+                    "at most this many saves in flight (0 = off)"));
+  f.push_back(AheadWhenField());
+  f.push_back(Seconds("ahead_interval_s", "ahead checkpoints", &O::ahead_interval_s,
+                      "a job is asked again only this long after its last checkpoint request"));
   f.push_back(SuspendField());
   f.push_back(GpuHourPriceField());
   f.push_back(Count("max_preemptors_per_pass", "limits", &O::max_preemptors_per_pass,
@@ -395,6 +421,7 @@ PolicyOptions HintAwareNoRulesPolicy() {
   c.nonhigh_preempt_delay_s = 0;
   c.defrag_max_moves = 0;
   c.repeat_victim_weight = 0;
+  c.ahead_checkpoints = 0;
   return c;
 }
 

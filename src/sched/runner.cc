@@ -277,7 +277,8 @@ Status Launcher::request_checkpoint(const Job& j, int64_t request_id, const JobA
     emit("request-failed", j.id, s.to_string());
     return s;
   }
-  emit("request", j.id, "id=" + std::to_string(req.id) + " for " + a.for_job + " # " + a.reason);
+  const std::string whom = a.for_job.empty() ? "ahead of need" : "for " + a.for_job;
+  emit("request", j.id, "id=" + std::to_string(req.id) + " " + whom + " # " + a.reason);
   return Status::OK();
 }
 

@@ -37,20 +37,29 @@ struct SimJob {
   bool placed = false;
   int node = -1;
 
-  // A requested checkpoint pauses training for its stall: [stall_at, stall_at + stall_d).
-  double stall_at = kSimInf, stall_d = 0;
+  // Each requested checkpoint of this run pauses training for its stall: [at, at + d), in time
+  // order. extra_stall_at: the snapshot of the requested save in flight (kSimInf when a periodic
+  // save answered the request).
+  struct Stall {
+    double at, d;
+  };
+  std::vector<Stall> stalls;
+  double extra_stall_at = kSimInf;
 
-  // Seconds of training in this run up to `now`: after the restore, minus the stall, until the stop.
+  // Seconds of training in this run up to `now`: after the restore, minus the stalls, until the stop.
   double trained(double now) const {
     double x = std::min(now, stop_at);
-    double stalled = std::min(std::max(0.0, x - stall_at), stall_d);
+    double stalled = 0;
+    for (const Stall& st : stalls) stalled += std::min(std::max(0.0, x - st.at), st.d);
     return std::max(0.0, x - seg_start - seg_restore - stalled);
   }
   double progress(double now) const { return std::min(p0 + trained(now), t->duration_s); }
   // When this run reaches progress q (>= p0), training without a stop.
   double time_at(double q) const {
     double when = seg_start + seg_restore + (q - p0);
-    return when > stall_at ? when + stall_d : when;
+    for (const Stall& st : stalls)
+      if (when > st.at) when += st.d;
+    return when;
   }
   double periodic(double now) const {
     double p = progress(now) - t->ckpt_persist_s;

@@ -135,8 +135,8 @@ void Simulation::end_run(int i, bool finished) {
   s.extra_progress = -1;
   s.extra_time = kSimInf;
   s.stop_at = kSimInf;
-  s.stall_at = kSimInf;
-  s.stall_d = 0;
+  s.stalls.clear();
+  s.extra_stall_at = kSimInf;
   release(i);
 }
 
@@ -171,7 +171,8 @@ void Simulation::handle(const Event& e) {
     case EvType::kCkptDone: {
       if (e.gen != s->gen || s->active < 0) break;
       Job& j = cs_.jobs[s->active];
-      if (j.phase == JobPhase::kCheckpointing && j.hints) j.hints->request_ack = j.request_id;
+      // A victim's, a withdrawn victim's or an ahead-of-need request: the commit is durable.
+      if (j.phase != JobPhase::kPending && j.request_id > 0 && j.hints) j.hints->request_ack = j.request_id;
       break;
     }
     case EvType::kEvictDone: {
@@ -302,18 +303,20 @@ Status Simulation::request_checkpoint(const Job& j, int64_t request_id, const Jo
     if (c > s.p0 && p < c + persist) {
       s.extra_progress = c;
       s.extra_time = s.time_at(c + persist);
+      s.extra_stall_at = kSimInf;
       push(s.extra_time, EvType::kCkptDone, i, s.gen);
       return Status::OK();
     }
   }
   // The in-flight step drains, the snapshot is taken at its end, training pauses for the stall
-  // (copy to staging) and continues while the snapshot persists.
+  // (copy to staging) and continues while the snapshot persists. Every requested save pays its
+  // stall (after all earlier ones of the run: none is in flight).
   double snap = now_ + s.t->ckpt_drain_s;
   s.extra_progress = s.progress(snap);
   s.extra_time = snap + s.t->ckpt_stall_s + s.t->ckpt_persist_s;
-  if (s.stall_at == kSimInf) {
-    s.stall_at = snap;
-    s.stall_d = s.t->ckpt_stall_s;
+  s.extra_stall_at = snap;
+  if (s.t->ckpt_stall_s > 0) {
+    s.stalls.push_back({snap, s.t->ckpt_stall_s});
     push(s.time_at(s.t->duration_s), EvType::kFinish, i, s.gen);  // the stall delays the end
   }
   push(s.extra_time, EvType::kCkptDone, i, s.gen);
@@ -331,7 +334,7 @@ Status Simulation::evict(const Job& j, const JobAction& a) {
     if (s.extra_time < kSimInf && s.extra_time > now_) {
       // A requested save is in flight: the stop finishes it; training stops at its snapshot.
       save_end = s.extra_time;
-      s.stop_at = std::max(now_, s.stall_at);
+      s.stop_at = std::max(now_, s.extra_stall_at);
     } else if (s.progress(now_) > s.committed(now_) + 1e-9) {
       // The stop snapshot: the in-flight step drains, then training is over; the stall and the
       // persist follow.

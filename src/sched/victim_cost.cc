@@ -25,6 +25,11 @@ double SigtermGrace(const Job& v, double now, const PolicyOptions& c) {
   return kSizedGraceFactor * std::max(v.hints->grace.needed_s, v.hints->checkpoint_s()) + kSizedGraceExtraS;
 }
 
+bool SaveInFlight(const Job& v, double now, const PolicyOptions& c) {
+  return v.phase == JobPhase::kRunning && v.request_id > 0 && v.hints && v.hints->request_ack < v.request_id &&
+         now < v.request_time + c.checkpoint_deadline_s;
+}
+
 double RepeatFactor(const Job& v, const PolicyOptions& c) {
   if (c.kind != PolicyKind::kHintAware) return 1;
   return 1 + c.repeat_victim_weight * (v.preemptions + v.moves);
@@ -46,6 +51,8 @@ VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_hig
     const bool measured = h.checkpoint_s() > 0;
     double save_lost = measured ? h.cost.stall_s + h.cost.persist_s : c.unknown_save_s;
     double save_wait = measured ? h.checkpoint_s() : c.unknown_save_s;
+    if (c.ahead_checkpoints > 0 && SaveInFlight(v, now, c))
+      save_wait = std::max(0.0, v.request_time + save_wait - now);
     out.save_s = save_wait;
     double needed = std::max(h.grace.needed_s, save_wait);
     // A job that saves on SIGTERM at all (granted > 0) gets a sized grace when the policy gives one.

@@ -37,6 +37,9 @@ double TolerableWait(const Job& v, const PolicyOptions& config);
 // The grace period of a SIGTERM eviction of v at `now` (JobAction::grace_s): -1 = its own, or
 // sized from its fresh, measured hints with VictimGrace::kHintSized.
 double SigtermGrace(const Job& v, double now, const PolicyOptions& config);
+// A running job's last checkpoint request (ahead of need, or a withdrawn eviction's) is not yet
+// acknowledged and was made less than checkpoint_deadline_s ago: its save is in flight.
+bool SaveInFlight(const Job& v, double now, const PolicyOptions& config);
 // Each earlier preemption or move of v makes preempting it again dearer: every one cost it a
 // restore and a wait, and a job the search keeps choosing would keep paying them (the next
 // preemption is the likelier the more it was chosen before). 1 + repeat_victim_weight x count.
@@ -47,7 +50,8 @@ double RepeatFactor(const Job& v, const PolicyOptions& config);
 // idle while it waits: v.gpus x lost <= v.gpus x save_lost + max(0, preemptor_gpus - v.gpus) x
 // save_wait (a large job whose save cannot fit the grace still saves when its uncommitted work is
 // worth more). The victim's own GPUs are not idle while it saves: what they do then is save_lost
-// already, so only the preemptor's GPUs beyond the victim's count.
+// already, so only the preemptor's GPUs beyond the victim's count. With ahead checkpoints on, a save
+// in flight (SaveInFlight) answers a checkpoint request: the preemptor waits only for its rest.
 VictimCost CostOf(const Job& v, double now, const PolicyOptions& config, bool for_high, int preemptor_gpus = 0);
 
 // One CostOf variant for the running jobs of a pass, looked up by job index (a job that is not

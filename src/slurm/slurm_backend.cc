@@ -49,7 +49,8 @@ class SlurmExecutor final : public Executor {
     req.id = request_id;
     PREEMPT_RETURN_IF_ERROR(report(j.id, WriteCheckpointRequest(it->second + ".request", req)));
     events_->push_back({NowUnix(), "request", j.id,
-                        "checkpoint request " + std::to_string(request_id) + " for " + a.for_job});
+                        "checkpoint request " + std::to_string(request_id) + " " +
+                            (a.for_job.empty() ? std::string("ahead of need") : "for " + a.for_job)});
     return Status::OK();
   }
 
@@ -180,10 +181,10 @@ Status SlurmBackend::observe(ClusterState* st, std::vector<SlurmEvent>* events) 
       j.start_time = sj.start_unix;
       if (t.phase == JobPhase::kCheckpointing || t.phase == JobPhase::kEvicting) {
         j.phase = t.phase;
-        j.request_id = t.request_id;
-        j.request_time = t.request_time;
         j.preemptor = t.preemptor;
       }
+      j.request_id = t.request_id;  // running: its last request (ahead of need, or withdrawn)
+      j.request_time = t.request_time;
       std::string path = HintsPathForJob(sj, opt_.hints_dir);
       hints_path_[sj.id] = path;
       Hints h;
@@ -253,6 +254,12 @@ void SlurmBackend::remember(const ClusterState& before, const ClusterState& afte
       Tracked& t = tracked_[j.id];
       t.phase = JobPhase::kRunning;
       t.preemptor.clear();
+      continue;
+    }
+    if (j.phase == JobPhase::kRunning) {  // asked to checkpoint ahead of need
+      Tracked& t = tracked_[j.id];
+      t.request_id = j.request_id;
+      t.request_time = j.request_time;
       continue;
     }
     if (j.phase != JobPhase::kCheckpointing && j.phase != JobPhase::kEvicting) continue;

@@ -142,6 +142,9 @@ void CheckDecisions(const ClusterState& st, const PolicyOptions& p, const Decisi
     if (j.phase == JobPhase::kPending || j.node != a.node) fail("victim " + j.id + " is not placed on its node");
     if (a.kind == ActionKind::kRequestCheckpoint && j.phase != JobPhase::kRunning)
       fail("checkpoint request to " + j.id + ", which is not running");
+    if (a.kind == ActionKind::kCheckpointAhead &&
+        (j.phase != JobPhase::kRunning || j.cls == PriorityClass::kHigh || p.kind != PolicyKind::kHintAware))
+      fail("checkpoint ahead of need of " + j.id + ", which is not a running lower job under the hint policy");
     if (a.kind == ActionKind::kWithdraw && (j.phase != JobPhase::kCheckpointing || j.move_to >= 0))
       fail("withdrawal of " + j.id + ", which is not checkpointing for a preemptor");
     if (j.phase != JobPhase::kRunning) continue;  // finishing an earlier request: chosen before
@@ -184,9 +187,12 @@ void SameAsIndexed(const ClusterState& st, const PolicyOptions& p, const Decisio
 
 // Every policy on `st`: the decisions must keep CheckDecisions' rules and print.
 void DecideAll(const ClusterState& st) {
-  for (const char* name : {"fcfs", "k8s", "hint-norules", "hint", "hint-nodefrag", "hint-refill"}) {
+  for (const char* name : {"fcfs", "k8s", "hint-norules", "hint", "hint-nodefrag", "hint-refill", "hint-ahead"}) {
     PolicyOptions p;
-    PolicyByName(name, &p);
+    if (!PolicyByName(name, &p)) {  // hint with checkpoints asked ahead of need
+      p.ahead_checkpoints = 2;
+      p.ahead_when = AheadTrigger::kHeadroomShort;
+    }
     Decisions d = Decide(st, p);
     CheckDecisions(st, p, d, name);
     SameAsIndexed(st, p, d);

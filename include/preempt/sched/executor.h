@@ -47,7 +47,8 @@ class Executor {
   // moved for a high-priority job and restarts on that node.
   virtual Status start(const Job& job, const JobAction& action) = 0;
 
-  // Ask `job` to write a checkpoint tagged `request_id` (ActionKind::kRequestCheckpoint), e.g. by
+  // Ask `job` to write a checkpoint tagged `request_id` (ActionKind::kRequestCheckpoint, or
+  // kCheckpointAhead for a job that is not a victim), e.g. by
   // WriteCheckpointRequest() on its request file. The job keeps training; its hints acknowledge the
   // request (request_ack) once the commit is durable.
   virtual Status request_checkpoint(const Job& job, int64_t request_id, const JobAction& action) = 0;
@@ -62,9 +63,10 @@ class Executor {
 // (kRunning on action.node, start_time = now, hints and move cleared); kRequestCheckpoint makes it
 // kCheckpointing with `request_id`, promised to action.for_job; kEvict makes it kEvicting;
 // kWithdraw makes a kCheckpointing job kRunning again, promised to nobody (no Executor call: the
-// job commits as it was asked and keeps training). A victim
+// job commits as it was asked and keeps training); kCheckpointAhead leaves the job kRunning and
+// records `request_id` and the request's time on it. A victim
 // leaving kRunning is recorded in ClusterState::history (the per-queue budget), a move remembers
-// its destination in Job::move_to. `request_id` is used by kRequestCheckpoint only.
+// its destination in Job::move_to. `request_id` is used by kRequestCheckpoint and kCheckpointAhead only.
 void ApplyDecision(const JobAction& action, double now, int64_t request_id, ClusterState* state);
 
 // After an evicted job's process is gone: back to kPending, as a move (Job::RequeueAfterMove, it

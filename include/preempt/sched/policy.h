@@ -57,7 +57,8 @@ struct Job {
   // (updated_unix); lost work is extrapolated from it.
   std::optional<Hints> hints;
   double restore_s = -1;           // < 0: use PolicyOptions::restore_s
-  // While kCheckpointing: the request and the job whose GPUs these are.
+  // While kCheckpointing: the request and the job whose GPUs these are. A running job keeps the
+  // id and time of its last request of this run (ahead of need, or a withdrawn eviction's).
   int64_t request_id = 0;
   double request_time = 0;
   std::string preemptor;
@@ -109,6 +110,10 @@ enum class ActionKind {
   // (`for_job`) starts elsewhere now. It keeps running; its requested checkpoint is an ordinary
   // commit (nothing is sent to it).
   kWithdraw,
+  // A running job that is not a victim: write a checkpoint request now (ahead of need,
+  // PolicyOptions::ahead_checkpoints). It keeps running, promised to nobody; a later eviction
+  // finds its save in flight or done.
+  kCheckpointAhead,
 };
 const char* ActionKindName(ActionKind k);
 

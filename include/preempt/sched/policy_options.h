@@ -60,6 +60,12 @@ enum class VictimGrace {
 };
 inline constexpr double kSizedGraceFactor = 1.5, kSizedGraceExtraS = 10;
 
+// When checkpoints are asked for ahead of need (PolicyOptions::ahead_checkpoints).
+enum class AheadTrigger {
+  kHighPending,    // a high-priority job is still pending after the pass
+  kHeadroomShort,  // ... or the free GPUs are fewer than the reserved headroom (high work used it up)
+};
+
 struct PolicyOptions {
   PolicyKind kind = PolicyKind::kHintAware;
 
@@ -129,6 +135,16 @@ struct PolicyOptions {
   // job that has waited defrag_min_wait_s (moves.h). 0 moves = off.
   int defrag_max_moves = 0;
   double defrag_min_wait_s = 0;
+
+  // --- ahead checkpoints: while high-priority demand is in sight (ahead_when), the running lower
+  // jobs a high preemptor would have to wait for (asked to checkpoint first: their save does not fit
+  // the grace they are granted) are asked to checkpoint now, cheapest first as the victim search
+  // ranks them, so that a later preemption finds their save in flight or done. At most
+  // ahead_checkpoints such saves in flight at once (0 = off); a job is asked only when its last
+  // commit is older than one save and ahead_interval_s after any earlier request of this run.
+  int ahead_checkpoints = 0;
+  AheadTrigger ahead_when = AheadTrigger::kHighPending;
+  double ahead_interval_s = 1800;
 
   // --- schedule: a class suspended in a time window (off by default).
   SuspendWindow suspend;
