@@ -75,7 +75,9 @@ TEST(Policy, CheckpointAheadTable) {
       b.pend("h", H, 1, 20);
     }
     PolicyOptions p = Hint();
-    if (*c.preset) ASSERT_TRUE(PolicyByName(c.preset, &p)) << c.preset;
+    if (*c.preset) {
+      ASSERT_TRUE(PolicyByName(c.preset, &p)) << c.preset;
+    }
     if (std::string(c.preset) != "hint") p.ahead_checkpoints = c.ahead;  // the baselines must ignore it
     p.ahead_when = c.when;
     p.reserved_headroom = c.headroom;
