@@ -73,6 +73,25 @@ Field Flag(const char* name, const char* group, bool PolicyOptions::*m, const ch
           [m](const PolicyOptions& o) { return std::string(o.*m ? "true" : "false"); }};
 }
 
+// A string field naming one of two values of an enum member; `range` lists the two names as
+// the docs and errors show them.
+template <class E>
+Field TwoNameField(const char* name, const char* group, const char* range, E PolicyOptions::*m, const char* a_name,
+                   E a, const char* b_name, E b, const char* help) {
+  return {{name, group, "string", range, help},
+          [=](const rapidjson::Value& v, PolicyOptions* o) {
+            const std::string s = v.IsString() ? v.GetString() : "";
+            if (s == a_name)
+              o->*m = a;
+            else if (s == b_name)
+              o->*m = b;
+            else
+              return false;
+            return true;
+          },
+          [=](const PolicyOptions& o) { return "\"" + std::string(o.*m == a ? a_name : b_name) + "\""; }};
+}
+
 Field KindField() {
   using O = PolicyOptions;
   return {{"kind", "policy", "string", "\"fcfs\" | \"k8s\" | \"hint\"",
@@ -129,21 +148,10 @@ Field PreemptsLowerField() {
 }
 
 Field VictimGraceField() {
-  using O = PolicyOptions;
-  return {{"victim_grace", "eviction", "string", "\"own\" | \"hint-sized\"",
-           "grace period of a SIGTERM eviction: the victim's own, or 1.5 x its hints' grace needed + 10 s "
-           "(own when its cost is not measured)"},
-          [](const rapidjson::Value& v, O* o) {
-            std::string s = v.IsString() ? v.GetString() : "";
-            if (s == "own")
-              o->victim_grace = VictimGrace::kOwn;
-            else if (s == "hint-sized")
-              o->victim_grace = VictimGrace::kHintSized;
-            else
-              return false;
-            return true;
-          },
-          [](const O& o) { return std::string(o.victim_grace == VictimGrace::kOwn ? "\"own\"" : "\"hint-sized\""); }};
+  return TwoNameField("victim_grace", "eviction", "\"own\" | \"hint-sized\"", &PolicyOptions::victim_grace, "own",
+                      VictimGrace::kOwn, "hint-sized", VictimGrace::kHintSized,
+                      "grace period of a SIGTERM eviction: the victim's own, or 1.5 x its hints' grace needed + 10 s "
+                      "(own when its cost is not measured)");
 }
 
 Field HighTolerableWaitField() {
@@ -175,23 +183,11 @@ Field HighTolerableWaitField() {
 }
 
 Field AheadWhenField() {
-  using O = PolicyOptions;
-  return {{"ahead_when", "ahead checkpoints", "string", "\"high-pending\" | \"headroom-short\"",
-           "when checkpoints are asked for ahead of need: a high job still pending after the pass, or that or "
-           "fewer free GPUs than the reserved headroom"},
-          [](const rapidjson::Value& v, O* o) {
-            std::string s = v.IsString() ? v.GetString() : "";
-            if (s == "high-pending")
-              o->ahead_when = AheadTrigger::kHighPending;
-            else if (s == "headroom-short")
-              o->ahead_when = AheadTrigger::kHeadroomShort;
-            else
-              return false;
-            return true;
-          },
-          [](const O& o) {
-            return std::string(o.ahead_when == AheadTrigger::kHighPending ? "\"high-pending\"" : "\"headroom-short\"");
-          }};
+  return TwoNameField("ahead_when", "ahead checkpoints", "\"high-pending\" | \"headroom-short\"",
+                      &PolicyOptions::ahead_when, "high-pending", AheadTrigger::kHighPending, "headroom-short",
+                      AheadTrigger::kHeadroomShort,
+                      "when checkpoints are asked for ahead of need: a high job still pending after the pass, or "
+                      "that or fewer free GPUs than the reserved headroom");
 }
 
 Field SuspendField() {

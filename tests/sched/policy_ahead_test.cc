@@ -22,6 +22,16 @@ Hints SlowSaver(double lost_s, double persist_s = 170) {
   return h;
 }
 
+// "v" (low, 1 GPU) on `node`, checkpointing for the pending high job "h" (1 GPU) that waits for it.
+void AddVictimCheckpointingForH(B* b, int node) {
+  Job& v = b->run("v", L, 1, node, 3600, MakeHints(400, 100));
+  v.phase = JobPhase::kCheckpointing;
+  v.request_id = 5;
+  v.request_time = kNow - 20;
+  v.preemptor = "h";
+  b->pend("h", H, 1, 20);
+}
+
 // "big" (low, 8 GPUs) alone on n0; on n1 "v" (low, 1 GPU), which is checkpointing for the pending
 // high job "h" (or just running when no high job is pending).
 TEST(Policy, CheckpointAheadTable) {
@@ -66,14 +76,8 @@ TEST(Policy, CheckpointAheadTable) {
       big.request_time = kNow - c.asked_ago_s;
       big.hints->request_ack = 4;
     }
-    Job& v = b.run("v", L, 1, 1, 3600, MakeHints(400, 100));
-    if (c.high_pending) {
-      v.phase = JobPhase::kCheckpointing;
-      v.request_id = 5;
-      v.request_time = kNow - 20;
-      v.preemptor = "h";
-      b.pend("h", H, 1, 20);
-    }
+    if (c.high_pending) AddVictimCheckpointingForH(&b, 1);
+    else b.run("v", L, 1, 1, 3600, MakeHints(400, 100));
     PolicyOptions p = Hint();
     if (*c.preset) {
       ASSERT_TRUE(PolicyByName(c.preset, &p)) << c.preset;
@@ -103,12 +107,7 @@ TEST(Policy, CheckpointAheadBoundedBySavesInFlight) {
     busy.request_time = kNow - 60;  // in flight: not acknowledged, within the deadline
     b.run("dear", L, 8, 1, 7200, SlowSaver(900)).restore_s = 100;  // a dearer restart
     b.run("cheap", L, 8, 2, 7200, SlowSaver(900));
-    Job& v = b.run("v", L, 1, 3, 3600, MakeHints(400, 100));
-    v.phase = JobPhase::kCheckpointing;
-    v.request_id = 5;
-    v.request_time = kNow - 20;
-    v.preemptor = "h";
-    b.pend("h", H, 1, 20);
+    AddVictimCheckpointingForH(&b, 3);
     PolicyOptions p = Hint();
     p.ahead_checkpoints = ahead;
     const Decisions d = Decide(b.st, p);
@@ -123,12 +122,7 @@ TEST(Policy, CheckpointAheadBoundedBySavesInFlight) {
 TEST(Policy, CheckpointAheadKeepsTheJobRunning) {
   B b({8, 1});
   b.run("big", L, 8, 0, 7200, SlowSaver(900));
-  Job& v = b.run("v", L, 1, 1, 3600, MakeHints(400, 100));
-  v.phase = JobPhase::kCheckpointing;
-  v.request_id = 5;
-  v.request_time = kNow - 20;
-  v.preemptor = "h";
-  b.pend("h", H, 1, 20);
+  AddVictimCheckpointingForH(&b, 1);
   PolicyOptions p = Hint();
   p.ahead_checkpoints = 1;
   const Decisions d = Decide(b.st, p);
@@ -168,32 +162,10 @@ TEST(Simulator, CheckpointAheadShortensTheWaitForASlowSaver) {
   Trace t;
   t.name = "ahead";
   t.nodes = {{"n0", 8}, {"n1", 1}};
-  TraceJob big;
-  big.id = "big";
-  big.cls = PriorityClass::kLow;
-  big.gpus = 8;
-  big.duration_s = 5000;
-  big.ckpt_interval_s = 600;
-  big.ckpt_drain_s = 0.2;
-  big.ckpt_stall_s = 16;
-  big.ckpt_persist_s = 160;
-  big.restore_s = 90;
-  TraceJob small = big;
-  small.id = "small";
-  small.gpus = 1;
-  small.duration_s = 1500;
-  small.ckpt_stall_s = 0.5;
-  small.ckpt_persist_s = 2;
-  small.restore_s = 10;
-  TraceJob h1 = small;
-  h1.id = "h1";
-  h1.cls = PriorityClass::kHigh;
-  h1.submit = 1000;
-  h1.duration_s = 3000;  // n1 stays busy: h2 can only take big
-  TraceJob h2 = h1;
-  h2.id = "h2";
-  h2.submit = 1100;
-  h2.duration_s = 200;
+  const TraceJob big = SimJobSpec("big", L, 8, 0, 5000, 16, 160, 90);
+  const TraceJob small = SimJobSpec("small", L, 1, 0, 1500, 0.5, 2, 10);
+  const TraceJob h1 = SimJobSpec("h1", H, 1, 1000, 3000, 0.5, 2, 10);  // n1 stays busy: h2 can only take big
+  const TraceJob h2 = SimJobSpec("h2", H, 1, 1100, 200, 0.5, 2, 10);
   t.jobs = {big, small, h1, h2};
   SimOptions o;
   o.eviction_latency_s = 1;

@@ -3,13 +3,33 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "preempt/sched/policy.h"
+#include "preempt/sched/simulator.h"
 
 namespace preempt::sched::policy_testing {
 
 inline constexpr double kNow = 100000;
+
+// A simulator job: `gpus` GPUs for duration_s of training from `submit`; a save of 0.2 s of drain
+// + stall_s + persist_s, a restore of restore_s, a periodic commit every 600 s.
+inline TraceJob SimJobSpec(std::string id, PriorityClass cls, int gpus, double submit, double duration_s,
+                           double stall_s, double persist_s, double restore_s) {
+  TraceJob j;
+  j.id = std::move(id);
+  j.cls = cls;
+  j.gpus = gpus;
+  j.submit = submit;
+  j.duration_s = duration_s;
+  j.ckpt_interval_s = 600;
+  j.ckpt_drain_s = 0.2;
+  j.ckpt_stall_s = stall_s;
+  j.ckpt_persist_s = persist_s;
+  j.restore_s = restore_s;
+  return j;
+}
 
 inline Hints MakeHints(double lost_s, double persist_s = 2, double age_s = 0) {
   Hints h;

@@ -102,24 +102,10 @@ TEST(Simulator, FreedGpusElsewhereWithdrawTheEviction) {
   Trace t;
   t.name = "withdraw";
   t.nodes = {{"n0", 1}, {"n1", 1}};
-  TraceJob a;
-  a.id = "a-low";
-  a.cls = PriorityClass::kLow;
-  a.duration_s = 5000;
-  a.ckpt_interval_s = 600;
-  a.ckpt_drain_s = 0.2;
-  a.ckpt_stall_s = 0.5;
-  a.ckpt_persist_s = 100;  // save ~100.7 s: slower than the 30 s grace; 400 s uncommitted at 1000
-  a.restore_s = 30;
-  TraceJob b = a;
-  b.id = "b-high";
-  b.cls = PriorityClass::kHigh;
-  b.duration_s = 1050;  // frees n1 at 1050
-  TraceJob h = a;
-  h.id = "h-high";
-  h.cls = PriorityClass::kHigh;
-  h.submit = 1000;
-  h.duration_s = 100;
+  // a's save ~100.7 s: slower than the 30 s grace; 400 s uncommitted at 1000.
+  const TraceJob a = SimJobSpec("a-low", L, 1, 0, 5000, 0.5, 100, 30);
+  const TraceJob b = SimJobSpec("b-high", H, 1, 0, 1050, 0.5, 100, 30);  // frees n1 at 1050
+  const TraceJob h = SimJobSpec("h-high", H, 1, 1000, 100, 0.5, 100, 30);
   t.jobs = {a, b, h};
   SimOptions o;
   o.eviction_latency_s = 1;
