@@ -13,6 +13,8 @@
 #include <set>
 #include <sstream>
 
+#include "json_checks.h"
+
 namespace preempt::sched {
 namespace {
 
@@ -89,11 +91,14 @@ int NodeIndex(ClusterState* st, const std::string& name, int gpus_if_new) {
   return static_cast<int>(st->nodes.size()) - 1;
 }
 
-JobPhase PhaseFrom(const std::string& s) {
-  if (s == "running" || s == "Running") return JobPhase::kRunning;
-  if (s == "checkpointing") return JobPhase::kCheckpointing;
-  if (s == "evicting") return JobPhase::kEvicting;
-  return JobPhase::kPending;
+// A snapshot job's "state" (false when it names none of them).
+bool SnapshotPhase(const std::string& s, JobPhase* out) {
+  if (s == "pending") *out = JobPhase::kPending;
+  else if (s == "running") *out = JobPhase::kRunning;
+  else if (s == "checkpointing") *out = JobPhase::kCheckpointing;
+  else if (s == "evicting") *out = JobPhase::kEvicting;
+  else return false;
+  return true;
 }
 
 std::string JsonEscape(const std::string& s) {
@@ -138,14 +143,19 @@ Status ParseSnapshot(const std::string& text, const std::string& path, const std
   PREEMPT_RETURN_IF_ERROR(Parse(text, "snapshot " + path, &doc));
   if (Str(doc, "schema") != "preempt.snapshot/1")
     return Status(StatusCode::kVersionMismatch, "snapshot " + path + ": field 'schema': expected preempt.snapshot/1");
+  const std::string unknown = json_checks::UnknownMember(doc, {"schema", "now_unix", "nodes", "jobs"});
+  if (!unknown.empty()) return Status(StatusCode::kCorruption, "snapshot " + path + ": unknown field '" + unknown + "'");
   ClusterState st;
   st.now = NowUnix();
-  if (Num(doc, "now_unix", &st.now) && !TimeOk(st.now))
+  if (doc.HasMember("now_unix") && (!Num(doc, "now_unix", &st.now) || !TimeOk(st.now)))
     return Status(StatusCode::kCorruption, "snapshot " + path + ": field 'now_unix': not a finite time");
   auto nodes = doc.FindMember("nodes");
   if (nodes == doc.MemberEnd() || !nodes->value.IsArray())
     return Status(StatusCode::kCorruption, "snapshot " + path + ": field 'nodes': expected an array");
   for (const auto& n : nodes->value.GetArray()) {
+    const std::string unknown_field = json_checks::UnknownMember(n, {"name", "gpus"});
+    if (!unknown_field.empty())
+      return Status(StatusCode::kCorruption, "snapshot " + path + ": field 'nodes[]': unknown field '" + unknown_field + "'");
     double g = 0;
     std::string name = Str(n, "name");
     if (name.empty() || !Num(n, "gpus", &g) || !WholeInRange(g, 0, kMaxGpus))
@@ -169,19 +179,29 @@ Status ParseSnapshot(const std::string& text, const std::string& path, const std
     auto err = [&](const std::string& f, const std::string& m) {
       return Status(StatusCode::kCorruption, "snapshot " + path + ": job " + j.id + ": field '" + f + "': " + m);
     };
-    if (!ParsePriorityClass(Str(o, "class", "low"), &j.cls)) return err("class", "expected low|medium|high");
+    const std::string unknown_field =
+        json_checks::UnknownMember(o, {"id", "class", "queue", "gpus", "state", "node", "submit_unix", "start_unix",
+                                       "last_preempted_unix", "restore_s", "hints", "hints_file"});
+    if (!unknown_field.empty()) return err(unknown_field, "unknown field");
+    if (json_checks::NotANonEmptyString(o, "class") || !ParsePriorityClass(Str(o, "class", "low"), &j.cls))
+      return err("class", "expected low|medium|high");
+    if (json_checks::NotANonEmptyString(o, "queue")) return err("queue", "expected a non-empty string");
     j.queue = Str(o, "queue", "default");
     double g = 1;
-    Num(o, "gpus", &g);
+    if (o.HasMember("gpus") && !Num(o, "gpus", &g)) return err("gpus", "must be a whole number in [1, 65536]");
     if (!WholeInRange(g, 1, kMaxGpus)) return err("gpus", "must be a whole number in [1, 65536]");
     j.gpus = static_cast<int>(g);
-    j.phase = PhaseFrom(Str(o, "state", "pending"));
+    if (json_checks::NotANonEmptyString(o, "state") || !SnapshotPhase(Str(o, "state", "pending"), &j.phase))
+      return err("state", "expected pending|running|checkpointing|evicting");
     for (auto [key, field] : {std::pair<const char*, double*>{"submit_unix", &j.submit_time},
                               {"start_unix", &j.start_time},
                               {"last_preempted_unix", &j.last_preempted},
                               {"restore_s", &j.restore_s}}) {
-      if (Num(o, key, field) && !TimeOk(*field)) return err(key, "not a finite time");
+      if (o.HasMember(key) && (!Num(o, key, field) || !TimeOk(*field))) return err(key, "not a finite time");
     }
+    if (json_checks::NotANonEmptyString(o, "node")) return err("node", "expected a node name");
+    if (json_checks::NotANonEmptyString(o, "hints_file")) return err("hints_file", "expected a path");
+    if (o.HasMember("hints") && !o["hints"].IsObject()) return err("hints", "expected an object (preempt.hints/1)");
     if (j.phase != JobPhase::kPending) {
       j.node = NodeIndex(&st, Str(o, "node"), 0);
       if (j.node < 0) return err("node", "unknown node '" + Str(o, "node") + "'");

@@ -23,6 +23,7 @@
 #include "preempt/log.h"
 #include "preempt/sched/executor.h"
 #include "preempt/sched/plan.h"
+#include "json_checks.h"
 
 extern char** environ;
 
@@ -317,11 +318,14 @@ Status ParseRunSpec(const std::string& text, const std::string& path, std::vecto
   if (doc.HasParseError() || !doc.IsObject())
     return Status(StatusCode::kCorruption, "run spec " + path + ": invalid JSON");
   auto err = [&](const std::string& m) { return Status(StatusCode::kCorruption, "run spec " + path + ": " + m); };
+  const std::string unknown = json_checks::UnknownMember(doc, {"slots", "work_dir", "timeout_s", "policy", "jobs"});
+  if (!unknown.empty()) return err("unknown field '" + unknown + "'");
   if (doc.HasMember("slots")) {
     if (!doc["slots"].IsInt() || doc["slots"].GetInt() < 1) return err("field 'slots': expected an integer >= 1");
     opt->slots = doc["slots"].GetInt();
   }
-  if (doc.HasMember("work_dir") && doc["work_dir"].IsString()) opt->work_dir = doc["work_dir"].GetString();
+  if (json_checks::NotANonEmptyString(doc, "work_dir")) return err("field 'work_dir': expected a non-empty string");
+  if (doc.HasMember("work_dir")) opt->work_dir = doc["work_dir"].GetString();
   if (doc.HasMember("timeout_s")) {
     if (!doc["timeout_s"].IsNumber() || !(doc["timeout_s"].GetDouble() > 0 && doc["timeout_s"].GetDouble() <= 1e9))
       return err("field 'timeout_s': expected seconds in (0, 1e9]");
@@ -331,7 +335,8 @@ Status ParseRunSpec(const std::string& text, const std::string& path, std::vecto
     rapidjson::StringBuffer sb;
     rapidjson::Writer<rapidjson::StringBuffer> w(sb);
     doc["policy"].Accept(w);
-    PREEMPT_RETURN_IF_ERROR(PolicyFromJson(sb.GetString(), &opt->policy));
+    Status s = PolicyFromJson(sb.GetString(), &opt->policy);
+    if (!s.ok()) return s.with_context("run spec " + path);
   }
   if (!doc.HasMember("jobs") || !doc["jobs"].IsArray()) return err("field 'jobs': expected an array");
   std::set<std::string> ids;
@@ -350,9 +355,14 @@ Status ParseRunSpec(const std::string& text, const std::string& path, std::vecto
       return err("job id '" + j.id + "' must be a plain name");
     // Each job's hints and request files are named after its id.
     if (!ids.insert(j.id).second) return err("job id '" + j.id + "' twice");
+    const std::string unknown_field = json_checks::UnknownMember(
+        o, {"id", "class", "queue", "gpus", "submit_after_s", "grace_s", "command"});
+    if (!unknown_field.empty()) return err("job " + j.id + ": unknown field '" + unknown_field + "'");
     if (o.HasMember("class") && (!o["class"].IsString() || !ParsePriorityClass(o["class"].GetString(), &j.cls)))
       return err("job " + j.id + ": field 'class': expected low|medium|high");
-    if (o.HasMember("queue") && o["queue"].IsString()) j.queue = o["queue"].GetString();
+    if (json_checks::NotANonEmptyString(o, "queue"))
+      return err("job " + j.id + ": field 'queue': expected a non-empty string");
+    if (o.HasMember("queue")) j.queue = o["queue"].GetString();
     if (o.HasMember("gpus")) {
       if (!o["gpus"].IsInt() || o["gpus"].GetInt() < 1 || o["gpus"].GetInt() > opt->slots)
         return err("job " + j.id + ": field 'gpus': expected an integer in [1, slots = " + std::to_string(opt->slots) +

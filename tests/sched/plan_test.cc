@@ -113,6 +113,25 @@ TEST(Plan, SnapshotErrorsNameTheField) {
       {R"({"schema":"preempt.snapshot/1","nodes":[{"name":"n","gpus":8}],
            "jobs":[{"id":"a","gpus":6,"state":"running","node":"n"},{"id":"b","gpus":4,"state":"running","node":"n"}]})",
        "job b: field 'gpus': node 'n' would hold 10 GPUs of its 8"},
+      // Typos and wrong types are refused by name, never read as a default: a misspelt "running"
+      // would make a job pending and its GPUs look free.
+      {R"({"schema":"preempt.snapshot/1","node":[],"nodes":[],"jobs":[]})", "unknown field 'node'"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[{"name":"n","gpu":8}],"jobs":[]})",
+       "field 'nodes[]': unknown field 'gpu'"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","submit":5}]})", "job a: field 'submit': unknown field"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[{"name":"n","gpus":8}],"jobs":[{"id":"a","state":"runing","node":"n"}]})",
+       "job a: field 'state': expected pending|running|checkpointing|evicting"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","state":3}]})", "job a: field 'state'"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","class":3}]})", "job a: field 'class'"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","queue":""}]})", "job a: field 'queue'"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","gpus":"abc"}]})", "job a: field 'gpus'"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","gpus":true}]})", "job a: field 'gpus'"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","start_unix":"yesterday"}]})",
+       "job a: field 'start_unix'"},
+      {R"({"schema":"preempt.snapshot/1","now_unix":"now","nodes":[],"jobs":[]})", "field 'now_unix'"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","hints":"a.json"}]})", "job a: field 'hints'"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","hints_file":7}]})", "job a: field 'hints_file'"},
+      {R"({"schema":"preempt.snapshot/1","nodes":[],"jobs":[{"id":"a","\u0001\u00e9x":1}]})", "unknown field"},
   };
   for (const auto& c : cases) {
     WriteFileOrDie(dir / "s.json", c.doc);
@@ -336,7 +355,14 @@ TEST(RunSpec, ErrorsNameTheField) {
       {R"({"jobs":[{"id":"a","grace_s":-5,)" + job + "}]}", "job a: field 'grace_s'"},
       {R"({"jobs":[{"id":"a","submit_after_s":"soon",)" + job + "}]}", "job a: field 'submit_after_s'"},
       {R"({"jobs":[{"id":"a","command":[]}]})", "job a: field 'command'"},
-      {R"({"policy":{"reserved_headroom":7},"jobs":[]})", "field 'reserved_headroom'"},
+      {R"({"policy":{"reserved_headroom":7},"jobs":[]})", "run spec spec.json: policy: field 'reserved_headroom'"},
+      // Typos and wrong types are refused by name: "submit_after" would start the job at once.
+      {R"({"slot":2,"jobs":[]})", "run spec spec.json: unknown field 'slot'"},
+      {R"({"work_dir":5,"jobs":[]})", "field 'work_dir'"},
+      {R"({"work_dir":"","jobs":[]})", "field 'work_dir'"},
+      {R"({"jobs":[{"id":"a","submit_after":5,)" + job + "}]}", "job a: unknown field 'submit_after'"},
+      {R"({"jobs":[{"id":"a","queue":7,)" + job + "}]}", "job a: field 'queue'"},
+      {R"({"jobs":[{"id":"a","class":"vip",)" + job + "}]}", "job a: field 'class'"},
   };
   for (const auto& c : cases) {
     std::vector<RunJobSpec> jobs;
