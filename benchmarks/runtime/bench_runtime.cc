@@ -161,13 +161,26 @@ int main(int argc, char** argv) {
     else if (a == "--quick") quick = true;
     else if (a == "--dir" && i + 1 < argc) dir = argv[++i];
     else if (a == "--sizes-mib" && i + 1 < argc) sizes_arg = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: bench_runtime [--json F] [--quick] [--dir D] [--sizes-mib N,M]\n"
+                           "bench_runtime: unknown flag or missing value: %s\n", a.c_str());
+      return 2;
+    }
   }
   std::vector<int> sizes = quick ? std::vector<int>{256} : std::vector<int>{256, 1024, 4096};
   if (!sizes_arg.empty()) {
     sizes.clear();
     std::stringstream ss(sizes_arg);
     std::string t;
-    while (std::getline(ss, t, ',')) sizes.push_back(std::stoi(t));
+    while (std::getline(ss, t, ',')) {
+      char* end = nullptr;
+      const long v = std::strtol(t.c_str(), &end, 10);
+      if (t.empty() || *end != '\0' || v < 1 || v > 65536) {
+        std::fprintf(stderr, "bench_runtime: --sizes-mib: '%s' is not a whole number of MiB in [1, 65536]\n", t.c_str());
+        return 2;
+      }
+      sizes.push_back(static_cast<int>(v));
+    }
   }
   fs::create_directories(dir);
   std::string trainer = PREEMPT_TRAINER_PATH;
@@ -175,7 +188,14 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> sout;
 
   double fio = -1;
-  if (const char* e = std::getenv("PREEMPT_BENCH_FIO_WRITE_GBPS")) fio = std::atof(e);
+  if (const char* e = std::getenv("PREEMPT_BENCH_FIO_WRITE_GBPS")) {
+    char* end = nullptr;
+    fio = std::strtod(e, &end);
+    if (*e == '\0' || *end != '\0' || !(fio > 0 && fio < 1e4)) {
+      std::fprintf(stderr, "bench_runtime: PREEMPT_BENCH_FIO_WRITE_GBPS: '%s' is not a bandwidth in GB/s\n", e);
+      return 2;
+    }
+  }
   if (!(fio > 0)) {
     fio = FioWriteGBps(dir, quick ? 256 : 1024);
     sout["fio_source"] = "this run (fio O_DIRECT io_uring bs=4M iodepth=8 end_fsync)";

@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -344,6 +345,29 @@ std::vector<std::string> SeedSweep(int n, int jobs, const std::vector<double>& g
   return out;
 }
 
+// The value of flag `flag`: a whole number in [lo, hi], or the benchmark exits 2 naming the flag.
+long WholeFlag(const std::string& flag, const std::string& v, long lo, long hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || n < lo || n > hi) {
+    fprintf(stderr, "bench_sched: %s: '%s' is not a whole number in [%ld, %ld]\n", flag.c_str(), v.c_str(), lo, hi);
+    exit(2);
+  }
+  return n;
+}
+
+// The value of flag `flag`: seconds in [lo, hi], or the benchmark exits 2 naming the flag.
+double SecondsFlag(const std::string& flag, const std::string& v, double lo, double hi) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(x >= lo && x <= hi)) {
+    fprintf(stderr, "bench_sched: %s: '%s' is not a number of seconds in [%g, %g]\n", flag.c_str(), v.c_str(), lo, hi);
+    exit(2);
+  }
+  return x;
+}
+
 }  // namespace
 
 #ifndef PREEMPT_SOURCE_DIR
@@ -390,7 +414,7 @@ int main(int argc, char** argv) {
     }
     else if (a == "--naive") g_sim.sigterm_saves = false;
     else if (a == "--grace") {
-      g_sim.grace_period_s = std::atof(next().c_str());
+      g_sim.grace_period_s = SecondsFlag(a, next(), 0, 1e6);
       grace_set = true;
     }
     else if (a == "--policies") {
@@ -398,6 +422,11 @@ int main(int argc, char** argv) {
       std::string v = next(), cur;
       for (char c : v + ",") {
         if (c == ',') {
+          PolicyOptions known;
+          if (!cur.empty() && !PolicyByName(cur, &known)) {
+            fprintf(stderr, "bench_sched: --policies: unknown policy '%s'\n", cur.c_str());
+            return 2;
+          }
           if (!cur.empty()) kPolicies.push_back(cur);
           cur.clear();
         } else {
@@ -418,10 +447,10 @@ int main(int argc, char** argv) {
     else if (a == "--no-capacity") capacity = false;
     else if (a == "--protocol-policy") protocol_policy = next();
     else if (a == "--policy-json") policy_json = next();
-    else if (a == "--jobs") jobs = std::atoi(next().c_str());
-    else if (a == "--seeds") seeds = std::atoi(next().c_str());
-    else if (a == "--sweep-seeds") sweep_seeds = std::max(0, std::atoi(next().c_str()));
-    else if (a == "--reps") reps = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--jobs") jobs = static_cast<int>(WholeFlag(a, next(), 1, 10000000));
+    else if (a == "--seeds") seeds = static_cast<int>(WholeFlag(a, next(), 1, 1000));
+    else if (a == "--sweep-seeds") sweep_seeds = static_cast<int>(WholeFlag(a, next(), 0, 1000));
+    else if (a == "--reps") reps = static_cast<int>(WholeFlag(a, next(), 1, 100000));
     else if (a == "--csv") csv_path = next();
     else if (a == "--json") json_path = next();
     else if (a == "--png") png_path = next();

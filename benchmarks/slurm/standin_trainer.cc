@@ -66,7 +66,12 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     if (k == "--dir") a->dir = v;
     else if (k == "--log") a->log = v;
     else if (k == "--hints") a->hints = v;
-    else if (k == "--gpus") a->gpus = std::atoi(v.c_str());
+    else if (k == "--gpus") {
+      char* end = nullptr;
+      const long g = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end || g < 1 || g > 65536) return fprintf(stderr, "standin: --gpus: bad value '%s'\n", v.c_str()), false;
+      a->gpus = static_cast<int>(g);
+    }
     else if (nums.count(k)) {
       char* end = nullptr;
       double d = std::strtod(v.c_str(), &end);
