@@ -66,6 +66,18 @@ struct Args {
     }
     return v;
   }
+  // A number in [lo, hi] (whole when `whole`), or the command exits 2 naming the flag.
+  double in_range(const std::string& k, double d, double lo, double hi, bool whole = false) const {
+    if (!has(k)) return d;
+    const double v = num(k, d);
+    if (!(v >= lo && v <= hi) || (whole && v != std::floor(v))) {
+      fprintf(stderr, "preempt-sched: --%s: '%s' is not %s in [%.15g, %.15g]\n", k.c_str(), get(k).c_str(),
+              whole ? "a whole number" : "a number", lo, hi);
+      exit(2);
+    }
+    return v;
+  }
+  int count(const std::string& k, int d, int lo, int hi) const { return static_cast<int>(in_range(k, d, lo, hi, true)); }
 };
 
 bool ParseArgs(int argc, char** argv, Args* a) {
@@ -158,20 +170,21 @@ int PrintCapacity(const Trace& trace, const std::string& name, const PolicyOptio
 }
 
 int Simulate(const Args& a) {
+  const double capacity_p95 = a.in_range("capacity-p95", 30, 0, 1e9);
   Trace trace;
   std::string which = a.get("trace", "synthetic");
   if (which == "synthetic") {
     SyntheticOptions o;
-    o.seed = static_cast<uint64_t>(a.num("seed", 1));
-    o.jobs = static_cast<int>(a.num("jobs", o.jobs));
-    o.nodes = static_cast<int>(a.num("nodes", o.nodes));
-    o.gpus_per_node = static_cast<int>(a.num("gpus-per-node", o.gpus_per_node));
-    o.load = a.num("load", o.load);
+    o.seed = static_cast<uint64_t>(a.in_range("seed", 1, 0, 9007199254740992.0, true));
+    o.jobs = a.count("jobs", o.jobs, 1, 10000000);
+    o.nodes = a.count("nodes", o.nodes, 1, 100000);
+    o.gpus_per_node = a.count("gpus-per-node", o.gpus_per_node, 1, 65536);
+    o.load = a.in_range("load", o.load, 0.01, 100);
     trace = SyntheticTrace(o);
   } else if (which == "alibaba") {
     AlibabaOptions o;
     o.dir = a.get("alibaba-dir", PREEMPT_ALIBABA_TRACE_DIR);
-    o.gpus = static_cast<int>(a.num("alibaba-gpus", 0));
+    o.gpus = a.count("alibaba-gpus", 0, 0, 10000000);
     o.overload = a.num("alibaba-overload", o.overload);
     if (!(o.overload >= 1 && o.overload <= 100)) {
       fprintf(stderr, "preempt-sched: --alibaba-overload: %g is not in [1, 100]\n", o.overload);
@@ -181,13 +194,13 @@ int Simulate(const Args& a) {
       fprintf(stderr, "preempt-sched: --seed applies to --trace synthetic only (the Alibaba trace is fixed)\n");
       return 2;
     }
-    o.max_jobs = static_cast<int>(a.num("jobs", 0));
+    o.max_jobs = a.count("jobs", 0, 0, 10000000);
     Status s = LoadAlibabaTrace(o, &trace);
     if (!s.ok()) return Fail(s);
   } else {
     Status s = LoadTraceCsv(which, &trace);
     if (!s.ok()) return Fail(s);
-    int nodes = static_cast<int>(a.num("nodes", 16)), g = static_cast<int>(a.num("gpus-per-node", 8));
+    int nodes = a.count("nodes", 16, 1, 100000), g = a.count("gpus-per-node", 8, 1, 65536);
     for (int i = 0; i < nodes; ++i) trace.nodes.push_back({"node-" + std::to_string(i), g});
   }
   if (a.has("write-trace")) {
@@ -206,7 +219,8 @@ int Simulate(const Args& a) {
   SimOptions so;
   so.grace_period_s = a.num("grace", so.grace_period_s);
   so.sigterm_saves = !a.has("naive");
-  if (so.grace_period_s < 0) return Fail(Status(StatusCode::kInvalidArgument, "--grace: must be >= 0 (0 = sized)"));
+  if (!(so.grace_period_s >= 0 && so.grace_period_s <= 1e9))
+    return Fail(Status(StatusCode::kInvalidArgument, "--grace: seconds in [0, 1e9] (0 = sized)"));
   so.restart_delay_s = a.num("restart-delay", 0);
   if (!(so.restart_delay_s >= 0 && so.restart_delay_s <= 86400))
     return Fail(Status(StatusCode::kInvalidArgument, "--restart-delay: seconds in [0, 86400]"));
@@ -236,7 +250,7 @@ int Simulate(const Args& a) {
     }
     rows.push_back(r.metrics);
     csv += MetricsCsvRow(trace.name, r.metrics);
-    if (a.has("capacity-p95") && (rc = PrintCapacity(trace, name, p, so, a.num("capacity-p95", 30))) != 0) return rc;
+    if (a.has("capacity-p95") && (rc = PrintCapacity(trace, name, p, so, capacity_p95)) != 0) return rc;
   }
   printf("%s", MetricsTable(trace.name, rows).c_str());
   printf("bill per queue (GPU-hours held, priced per class by gpu_hour_price):\n%s", BillTable(rows).c_str());
@@ -263,8 +277,8 @@ int Plan(const Args& a) {
   if (a.has("snapshot")) {
     s = LoadSnapshot(a.get("snapshot"), &st, &notes);
   } else if (a.has("k8s")) {
-    s = LoadK8sPodList(a.get("k8s"), a.get("k8s-nodes"), static_cast<int>(a.num("gpus-per-node", 8)),
-                       a.num("now", NowUnix()), &st, &notes);
+    s = LoadK8sPodList(a.get("k8s"), a.get("k8s-nodes"), a.count("gpus-per-node", 8, 1, 65536),
+                       a.in_range("now", NowUnix(), 0, 1e11), &st, &notes);
   } else {
     fprintf(stderr, "%s", kUsage);
     return 2;
@@ -291,10 +305,10 @@ int Run(const Args& a) {
   RunOptions opt;
   Status s = LoadRunSpec(a.get("spec"), &jobs, &opt);
   if (!s.ok()) return Fail(s);
-  if (a.has("slots")) opt.slots = static_cast<int>(a.num("slots", 1));
+  if (a.has("slots")) opt.slots = a.count("slots", 1, 1, 65536);
   if (a.has("work-dir")) opt.work_dir = a.get("work-dir");
   if (opt.work_dir.empty()) opt.work_dir = "preempt-sched-run";
-  if (a.has("timeout")) opt.timeout_s = a.num("timeout", opt.timeout_s);
+  if (a.has("timeout")) opt.timeout_s = a.in_range("timeout", opt.timeout_s, 0.001, 1e9);
   opt.event_log = a.get("events");
   std::vector<RunEvent> events;
   s = RunJobs(jobs, opt, &events);

@@ -488,6 +488,17 @@ TEST(Cli, SimulatePlanAndUsage) {
       << out;
   EXPECT_NE(out.find("hint-nodefrag"), std::string::npos) << out;
   EXPECT_EQ(run("simulate --grace -1", &out), 1) << out;
+  // Out-of-range and fractional counts are refused naming the flag, before anything runs (a
+  // fraction was truncated, 1e300 overflowed an int).
+  for (const char* bad : {"simulate --jobs 0", "simulate --jobs 2.5", "simulate --jobs 1e300", "simulate --nodes 0",
+                          "simulate --gpus-per-node 0", "simulate --load -1", "simulate --seed -1",
+                          "simulate --capacity-p95 x", "simulate --capacity-p95 -5",
+                          "simulate --trace alibaba --alibaba-gpus 1.5", "plan --k8s x.json --gpus-per-node 0"}) {
+    EXPECT_EQ(run(bad, &out), 2) << bad << "\n" << out;
+    const std::string flag = std::string(bad).substr(std::string(bad).rfind("--"));
+    EXPECT_NE(out.find(flag.substr(0, flag.find(' ')) + ":"), std::string::npos) << bad << "\n" << out;
+    EXPECT_EQ(out.find("trace "), std::string::npos) << "ran before refusing: " << bad << "\n" << out;
+  }
 
   const double now = NowUnix();
   ASSERT_TRUE(WriteHintsAtomic(dir / "a.json", H(500, now)).ok());
