@@ -15,6 +15,11 @@ enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3, kOff = 4 };
 // printf-style; the message should be one line and say what happened.
 void Log(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
+// "debug" | "info" | "warn" | "error" | "off" → *out; false (and *out untouched) for anything else.
+// An unknown PREEMPT_LOG_LEVEL is not silently ignored: the first log call warns on stderr
+// and keeps the default (info).
+bool ParseLogLevel(const char* name, LogLevel* out);
+
 bool LogEnabled(LogLevel level);
 void SetLogLevel(LogLevel level);
 // Replaces the output (nullptr restores stderr). The sink gets the fully formatted line.

@@ -32,6 +32,12 @@ IoBackend BackendFromEnv(IoBackend requested) {
   if (!v) return requested;
   if (!strcmp(v, "posix")) return IoBackend::kPosix;
   if (!strcmp(v, "uring")) return IoBackend::kUring;
+  static std::once_flag warned;
+  if (strcmp(v, "auto") != 0)
+    std::call_once(warned, [v] {
+      PREEMPT_LOG_WARN("ignoring PREEMPT_IO_BACKEND=\"%.64s\": expected posix, uring or auto; choosing automatically",
+                       v);
+    });
   return requested;
 }
 

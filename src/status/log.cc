@@ -15,12 +15,11 @@ namespace {
 
 LogLevel LevelFromEnv() {
   const char* v = std::getenv("PREEMPT_LOG_LEVEL");
-  if (!v) return LogLevel::kInfo;
-  if (!strcmp(v, "debug")) return LogLevel::kDebug;
-  if (!strcmp(v, "warn")) return LogLevel::kWarn;
-  if (!strcmp(v, "error")) return LogLevel::kError;
-  if (!strcmp(v, "off")) return LogLevel::kOff;
-  return LogLevel::kInfo;
+  LogLevel level = LogLevel::kInfo;
+  if (v && !ParseLogLevel(v, &level))
+    fprintf(stderr, "[preempt] W pid=%d ignoring PREEMPT_LOG_LEVEL=\"%.64s\": expected debug, info, warn, error or off; "
+                    "logging at info\n", static_cast<int>(getpid()), v);
+  return level;
 }
 
 std::atomic<int>& Threshold() {
@@ -39,6 +38,21 @@ std::function<void(LogLevel, const std::string&)>& Sink() {
 }
 
 }  // namespace
+
+bool ParseLogLevel(const char* name, LogLevel* out) {
+  static const struct {
+    const char* name;
+    LogLevel level;
+  } kLevels[] = {{"debug", LogLevel::kDebug}, {"info", LogLevel::kInfo}, {"warn", LogLevel::kWarn},
+                 {"error", LogLevel::kError}, {"off", LogLevel::kOff}};
+  for (const auto& l : kLevels) {
+    if (name != nullptr && strcmp(name, l.name) == 0) {
+      *out = l.level;
+      return true;
+    }
+  }
+  return false;
+}
 
 bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= Threshold().load(std::memory_order_relaxed); }
 

@@ -8,11 +8,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "format/format.h"
+#include "preempt/log.h"
 #include "preempt/store.h"
 #include "support/fault_fs.h"
 #include "support/test_util.h"
@@ -176,6 +179,39 @@ TEST(Misuse, NegativeStepIsRefused) {
   EXPECT_NE(s.message().find("-5"), std::string::npos) << s.message();
   EXPECT_FALSE(fsys::exists(dir / "ckpt/step--0000005"));
   EXPECT_FALSE(fsys::exists(dir / "ckpt/step--0000005.tmp"));
+}
+
+// Misspelt settings in the environment are never silently ignored: PREEMPT_IO_BACKEND names the
+// value in one warning and the store saves with the backend chosen automatically; the log level's
+// names parse exactly (an unknown PREEMPT_LOG_LEVEL warns on stderr at the first log call).
+TEST(Misuse, UnknownSettingsInTheEnvironmentAreNamedInAWarning) {
+  TempDir dir;
+  std::vector<std::string> warnings;
+  SetLogSink([&](LogLevel level, const std::string& line) {
+    if (level == LogLevel::kWarn) warnings.push_back(line);
+  });
+  setenv("PREEMPT_IO_BACKEND", "uringg", 1);
+  Status s;
+  {
+    Store store(Options(dir / "ckpt"));
+    s = Save(store, 1);
+    if (s.ok()) s = Save(store, 2);
+  }
+  unsetenv("PREEMPT_IO_BACKEND");
+  SetLogSink(nullptr);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  int named = 0;
+  for (const auto& w : warnings) named += w.find("PREEMPT_IO_BACKEND=\"uringg\"") != std::string::npos;
+  EXPECT_EQ(named, 1) << ::testing::PrintToString(warnings);  // once per process, not per save
+
+  LogLevel level = LogLevel::kError;
+  EXPECT_TRUE(ParseLogLevel("warn", &level));
+  EXPECT_EQ(level, LogLevel::kWarn);
+  for (const char* bad : {"WARN", "warning", "", "info ", "verbose"}) {
+    EXPECT_FALSE(ParseLogLevel(bad, &level)) << bad;
+    EXPECT_EQ(level, LogLevel::kWarn) << bad;
+  }
+  EXPECT_FALSE(ParseLogLevel(nullptr, &level));
 }
 
 TEST(Misuse, NullOutputsAreInvalidArguments) {
