@@ -6,13 +6,15 @@
 //               [--csv OUT.csv] [--json OUT.json] [--png OUT.png]
 //               [--grace S] [--naive] [--policies a,b,...]
 //               [--protocol tuning|development|evaluation|both|off] [--protocol-only] [--protocol-policy NAME]
-//               [--policy-json JSON] [--no-capacity]
+//               [--policy-json JSON] [--no-capacity] [--protocol-jitter S]
 //
 // First the evaluation protocol (eval_protocol.h): the declared tuning and evaluation sets (or the
 // development set, --protocol development), each
 // trace with k8s, k8s+runtime and the policy under test (default "hint", --policy-json overrides
 // its fields), the count of traces meeting each target, and the capacity report (--no-capacity
-// skips it); --protocol-only stops there.
+// skips it); --protocol-only stops there. --protocol-jitter S runs the policy under test with every
+// arrival up to S seconds later (a noise check: with --protocol-policy k8s, how often the
+// baseline fails the targets against itself by chance).
 //
 // Every trace runs twice, with the same eviction mechanics for every policy (docs/sched.md,
 // "Eviction model"): SIGTERM with the Kubernetes default 30 s grace period, and with a grace
@@ -381,6 +383,7 @@ int main(int argc, char** argv) {
   // The evaluation protocol (eval_protocol.h): which sets, the policy under test, overrides.
   std::string protocol = "both", protocol_policy = "hint", policy_json;
   bool protocol_only = false, capacity = true;
+  double protocol_jitter = 0;  // --protocol-jitter S: the noise check (eval_protocol.h, RunProtocol)
   // Alibaba cluster sizes: 1.3 -> 7 nodes, 1.5 -> 6, 2.0 -> 5, 2.2 -> 4 (peak demand 70 GPUs).
   std::vector<double> overloads = {1.3, 1.5, 2.0, 2.2};
   bool grace_set = false;
@@ -446,6 +449,7 @@ int main(int argc, char** argv) {
     else if (a == "--protocol-only") protocol_only = true;
     else if (a == "--no-capacity") capacity = false;
     else if (a == "--protocol-policy") protocol_policy = next();
+    else if (a == "--protocol-jitter") protocol_jitter = SecondsFlag(a, next(), 0, 3600);
     else if (a == "--policy-json") policy_json = next();
     else if (a == "--jobs") jobs = static_cast<int>(WholeFlag(a, next(), 1, 10000000));
     else if (a == "--seeds") seeds = static_cast<int>(WholeFlag(a, next(), 1, 1000));
@@ -463,7 +467,7 @@ int main(int argc, char** argv) {
       fprintf(stderr, "usage: bench_sched [--alibaba DIR] [--alibaba-overloads X,Y] [--jobs N] [--seeds N] [--sweep-seeds N] [--reps N] [--quick] [--csv F] [--json F] "
                       "[--png F] [--grace S] [--naive] [--policies a,b]\n"
                       "                   [--protocol tuning|development|evaluation|both|off] [--protocol-only] [--protocol-policy NAME] "
-                      "[--policy-json JSON] [--no-capacity]\n");
+                      "[--policy-json JSON] [--no-capacity] [--protocol-jitter S]\n");
       return 2;
     }
   }
@@ -487,8 +491,8 @@ int main(int argc, char** argv) {
       }
       name += "+overrides";
     }
-    Status s = bench::RunSets(protocol, have_alibaba ? alibaba : "", name, under_test, capacity, &protocol_json,
-                              &protocol_targets);
+    Status s = bench::RunSets(protocol, have_alibaba ? alibaba : "", name, under_test, capacity, protocol_jitter,
+                              &protocol_json, &protocol_targets);
     if (!s.ok()) {
       fprintf(stderr, "bench_sched: %s\n", s.to_string().c_str());
       return 1;

@@ -24,6 +24,16 @@ class Rng {  // splitmix64: portable, so every machine builds the same sets
   uint64_t s_;
 };
 
+// The trace with every arrival moved later by up to `max_s` seconds (uniform, seeded): a
+// perturbation far below anything a scheduler could act on, to measure how much the targets move
+// by chance.
+Trace JitterArrivals(const Trace& t, double max_s, uint64_t seed) {
+  Trace out = t;
+  Rng rng(seed);
+  for (TraceJob& j : out.jobs) j.submit += max_s * rng.uniform();
+  return out;
+}
+
 // 8-GPU nodes so that the trace's peak offered demand is `overload` x capacity (as
 // LoadAlibabaTrace sizes the shipped trace).
 void SizeCluster(double overload, Trace* t) {
@@ -234,13 +244,16 @@ TargetResult CheckProtocolTargets(const SimMetrics& h, const SimMetrics& k, cons
 }
 
 Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& traces, const std::string& name,
-                   const PolicyOptions& policy, const SimOptions& sim, std::string* json,
+                   const PolicyOptions& policy, const SimOptions& sim, double arrival_jitter_s, std::string* json,
                    std::vector<std::string>* targets) {
   PolicyOptions k8s, runtime;
   PolicyByName("k8s", &k8s);
   PolicyByName("k8s+runtime", &runtime);
   printf("\n== protocol, %s set (%zu traces): %s vs k8s (30 s grace) and k8s+runtime (grace sized from hints)\n",
          set.c_str(), traces.size(), name.c_str());
+  if (arrival_jitter_s > 0)
+    printf("   noise check: %s runs on each trace with every arrival up to %g s later (seeded); the baselines do not\n",
+           name.c_str(), arrival_jitter_s);
   printf("   per trace: lost GPU-h (vs k8s, vs k8s+runtime) | high p95 s | low starved (total delay) | most preempted "
          "job | preemptions+moves | re-preemptions within 1 h;  %s / k8s / k8s+runtime\n",
          name.c_str());
@@ -251,7 +264,11 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
   for (size_t i = 0; i < traces.size(); ++i) {
     const Trace& t = traces[i].trace;
     SimResult rh, rk, rr;
-    PREEMPT_RETURN_IF_ERROR(Simulate(t, policy, sim, &rh));
+    if (arrival_jitter_s > 0) {
+      PREEMPT_RETURN_IF_ERROR(Simulate(JitterArrivals(t, arrival_jitter_s, 1000 + i), policy, sim, &rh));
+    } else {
+      PREEMPT_RETURN_IF_ERROR(Simulate(t, policy, sim, &rh));
+    }
     PREEMPT_RETURN_IF_ERROR(Simulate(t, k8s, sim, &rk));
     PREEMPT_RETURN_IF_ERROR(Simulate(t, runtime, sim, &rr));
     for (const SimResult* r : {&rh, &rk, &rr})
@@ -335,7 +352,7 @@ Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& 
 }
 
 Status RunSets(const std::string& which, const std::string& alibaba_dir, const std::string& name,
-               const PolicyOptions& policy, bool capacity_report, std::string* json,
+               const PolicyOptions& policy, bool capacity_report, double arrival_jitter_s, std::string* json,
                std::vector<std::string>* targets) {
   const SimOptions sim;  // one eviction model for all three policies
   std::string protocol, capacity = "null";
@@ -346,7 +363,7 @@ Status RunSets(const std::string& which, const std::string& alibaba_dir, const s
                             : set == "development" ? DevelopmentSet(alibaba_dir, &traces)
                                                    : EvaluationSet(alibaba_dir, &traces));
     if (!protocol.empty()) protocol += ",";
-    PREEMPT_RETURN_IF_ERROR(RunProtocol(set, traces, name, policy, sim, &protocol, targets));
+    PREEMPT_RETURN_IF_ERROR(RunProtocol(set, traces, name, policy, sim, arrival_jitter_s, &protocol, targets));
     if (set != "tuning" || !capacity_report) continue;
     std::vector<ProtocolTrace> alibaba;  // capacity: a few simulations per trace
     for (const ProtocolTrace& t : traces)

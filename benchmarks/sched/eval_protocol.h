@@ -52,8 +52,12 @@ TargetResult CheckProtocolTargets(const SimMetrics& policy, const SimMetrics& k8
 // Runs `set` ("tuning" or "evaluation") with the policy under test `policy` (named `name`):
 // prints one line per trace with every metric the targets read, then how many traces meet each
 // target. Appends a JSON object to *json and harness "targets" entries to *targets.
+// arrival_jitter_s > 0: the policy under test runs on each trace with every arrival moved later by
+// up to that many seconds (seeded per trace); the baselines run on the trace as built. With the
+// policy under test "k8s" this measures the targets' noise floor: how often the baseline fails a
+// target against itself by chance.
 Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& traces, const std::string& name,
-                   const PolicyOptions& policy, const SimOptions& sim, std::string* json,
+                   const PolicyOptions& policy, const SimOptions& sim, double arrival_jitter_s, std::string* json,
                    std::vector<std::string>* targets);
 
 // Capacity report: for each trace, the fewest 8-GPU nodes on which each policy (k8s, k8s+runtime
@@ -68,7 +72,7 @@ Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& 
 // the capacity report for the tuning set's Alibaba traces (unless !capacity_report). Writes
 // `,"protocol":[...],"capacity":[...]` to *json and appends the harness "targets" entries.
 Status RunSets(const std::string& which, const std::string& alibaba_dir, const std::string& name,
-               const PolicyOptions& policy, bool capacity_report, std::string* json,
+               const PolicyOptions& policy, bool capacity_report, double arrival_jitter_s, std::string* json,
                std::vector<std::string>* targets);
 
 }  // namespace preempt::sched::bench
