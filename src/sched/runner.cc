@@ -60,6 +60,7 @@ class Launcher final : public Executor {
   Status prepare();
   void emit(const std::string& kind, const std::string& job, const std::string& detail);
   void arrivals();
+  bool after_files_exist(const RunJobSpec& spec) const;
   void exits();
   void escalate();
   void refresh_hints();
@@ -105,6 +106,8 @@ Status Launcher::prepare() {
     if (spec.argv.empty()) return Status(StatusCode::kInvalidArgument, "run: job " + spec.id + " has no command");
     if (spec.gpus > opt_.slots)
       return Status(StatusCode::kInvalidArgument, "run: job " + spec.id + " needs more GPUs than slots");
+    for (const std::string& f : spec.after_files)
+      if (f.empty()) return Status(StatusCode::kInvalidArgument, "run: job " + spec.id + ": after_files has an empty path");
   }
   ::mkdir(opt_.work_dir.c_str(), 0755);
   t0_ = NowUnix();
@@ -120,10 +123,19 @@ Status Launcher::prepare() {
   return Status::OK();
 }
 
+bool Launcher::after_files_exist(const RunJobSpec& spec) const {
+  for (const std::string& f : spec.after_files) {
+    const std::string path = f[0] == '/' ? f : opt_.work_dir + "/" + f;
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return false;
+  }
+  return true;
+}
+
 void Launcher::arrivals() {
   for (size_t i = 0; i < procs_.size(); ++i) {
     Proc& p = procs_[i];
-    if (p.arrived || now_ - t0_ < p.spec->submit_after_s) continue;
+    if (p.arrived || now_ - t0_ < p.spec->submit_after_s || !after_files_exist(*p.spec)) continue;
     p.arrived = true;
     Job j;
     j.id = p.spec->id;
@@ -356,7 +368,7 @@ Status ParseRunSpec(const std::string& text, const std::string& path, std::vecto
     // Each job's hints and request files are named after its id.
     if (!ids.insert(j.id).second) return err("job id '" + j.id + "' twice");
     const std::string unknown_field = json_checks::UnknownMember(
-        o, {"id", "class", "queue", "gpus", "submit_after_s", "grace_s", "command"});
+        o, {"id", "class", "queue", "gpus", "submit_after_s", "after_files", "grace_s", "command"});
     if (!unknown_field.empty()) return err("job " + j.id + ": unknown field '" + unknown_field + "'");
     if (o.HasMember("class") && (!o["class"].IsString() || !ParsePriorityClass(o["class"].GetString(), &j.cls)))
       return err("job " + j.id + ": field 'class': expected low|medium|high");
@@ -370,6 +382,15 @@ Status ParseRunSpec(const std::string& text, const std::string& path, std::vecto
       j.gpus = o["gpus"].GetInt();
     }
     PREEMPT_RETURN_IF_ERROR(seconds(o, "submit_after_s", &j.submit_after_s, j));
+    if (o.HasMember("after_files")) {
+      const auto& files = o["after_files"];
+      if (!files.IsArray()) return err("job " + j.id + ": field 'after_files': expected an array of paths");
+      for (const auto& f : files.GetArray()) {
+        if (!f.IsString() || f.GetStringLength() == 0 || std::strlen(f.GetString()) != f.GetStringLength())
+          return err("job " + j.id + ": field 'after_files': expected non-empty paths");
+        j.after_files.push_back(f.GetString());
+      }
+    }
     PREEMPT_RETURN_IF_ERROR(seconds(o, "grace_s", &j.grace_s, j));
     if (!o.HasMember("command") || !o["command"].IsArray() || o["command"].Empty())
       return err("job " + j.id + ": field 'command': expected a non-empty array of strings");

@@ -363,6 +363,9 @@ TEST(RunSpec, ErrorsNameTheField) {
       {R"({"jobs":[{"id":"a","submit_after":5,)" + job + "}]}", "job a: unknown field 'submit_after'"},
       {R"({"jobs":[{"id":"a","queue":7,)" + job + "}]}", "job a: field 'queue'"},
       {R"({"jobs":[{"id":"a","class":"vip",)" + job + "}]}", "job a: field 'class'"},
+      {R"({"jobs":[{"id":"a","after_files":"b.hints.json",)" + job + "}]}", "job a: field 'after_files'"},
+      {R"({"jobs":[{"id":"a","after_files":[""],)" + job + "}]}", "job a: field 'after_files'"},
+      {R"({"jobs":[{"id":"a","after_files":[3],)" + job + "}]}", "job a: field 'after_files'"},
   };
   for (const auto& c : cases) {
     std::vector<RunJobSpec> jobs;

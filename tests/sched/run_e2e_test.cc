@@ -108,6 +108,41 @@ TEST(SchedRun, NoHintsEvictNowAndSigkillAfterGrace) {
   EXPECT_GE(IndexOf(ev, "done", "urgent"), 0) << all;
 }
 
+// A job with after_files arrives only once every file exists: "waiter" waits for "maker" to write
+// <work_dir>/ready (relative) and for an absolute path that appears with it; "never" waits for a
+// file nobody writes and the run ends at its timeout.
+TEST(SchedRun, ArrivalWaitsForFiles) {
+  TempDir dir;
+  const std::string work = dir / "run";
+  std::vector<RunJobSpec> jobs(2);
+  jobs[0].id = "maker";
+  jobs[0].argv = {"/bin/sh", "-c", "sleep 0.5; touch '" + work + "/ready' '" + dir.path() + "/abs'; sleep 0.5"};
+  jobs[1].id = "waiter";
+  jobs[1].after_files = {"ready", dir.path() + "/abs"};
+  jobs[1].argv = {"/bin/true"};
+  RunOptions opt;
+  opt.work_dir = work;
+  opt.slots = 2;
+  opt.timeout_s = 30;
+  std::vector<RunEvent> ev;
+  ASSERT_TRUE(RunJobs(jobs, opt, &ev).ok()) << EventsText(ev);
+  const std::string all = EventsText(ev);
+  const int arrive = IndexOf(ev, "arrive", "waiter");
+  ASSERT_GE(arrive, 0) << all;
+  EXPECT_GE(ev[arrive].t, 0.45) << all;  // not before the files exist
+  EXPECT_GE(IndexOf(ev, "done", "waiter"), 0) << all;
+  EXPECT_GE(IndexOf(ev, "done", "maker"), 0) << all;
+
+  std::vector<RunJobSpec> never(1);
+  never[0].id = "never";
+  never[0].after_files = {"nobody-writes-this"};
+  never[0].argv = {"/bin/true"};
+  opt.timeout_s = 0.5;
+  ev.clear();
+  EXPECT_EQ(RunJobs(never, opt, &ev).code(), StatusCode::kDeadlineExceeded) << EventsText(ev);
+  EXPECT_EQ(IndexOf(ev, "arrive", "never"), -1) << EventsText(ev);
+}
+
 TEST(SchedRun, SpecErrors) {
   TempDir dir;
   std::vector<RunJobSpec> jobs(1);

@@ -65,8 +65,10 @@ TEST(SchedRunTrainer, RealTrainerVictimCheckpointsAndResumesBitForBit) {
   std::vector<RunJobSpec> jobs = {job("low-a", PriorityClass::kLow, 0, kSteps, 4),
                                   job("low-b", PriorityClass::kLow, 0, kSteps, 0),
                                   job("high-h", PriorityClass::kHigh, 5.0, 10, 0)};
-  // high-h arrives 5 s in: a trainer loads LibTorch and publishes its first hints within that even
-  // on a loaded 2-core machine, so the victim is chosen from real hints, not assumed costs.
+  // high-h arrives 5 s in, and not before both trainers have published hints (a trainer loads
+  // LibTorch first, which a loaded machine can stretch), so the victim is chosen from real hints,
+  // not assumed costs.
+  jobs[2].after_files = {"low-a.hints.json", "low-b.hints.json"};
   RunOptions opt = testing::Options(dir.path(), 2, 120);
   testing::CheckpointThenEvictPolicy(&opt.policy);
   opt.policy.checkpoint_deadline_s = 20;

@@ -28,6 +28,10 @@ struct RunJobSpec {
   std::string queue = "default";
   int gpus = 1;
   double submit_after_s = 0;       // arrival, seconds after the launcher starts
+  // ... and not before every one of these files exists (a dependency on another job's output;
+  // relative paths are under RunOptions::work_dir, where "<id>.hints.json" is job <id>'s hints,
+  // removed at launch, so "after b.hints.json" = once b has published its first hints)
+  std::vector<std::string> after_files;
   std::vector<std::string> argv;   // the command
   double grace_s = 30;             // SIGTERM → SIGKILL
 };
@@ -54,7 +58,8 @@ Status RunJobs(const std::vector<RunJobSpec>& jobs, const RunOptions& opt, std::
 // A run spec file (JSON):
 //   {"slots": 2, "work_dir": "/tmp/x", "policy": {"min_runtime_s": 0, ...},
 //    "jobs": [{"id":"a","class":"low","queue":"q","gpus":1,"submit_after_s":0,"grace_s":10,
-//              "command":["./trainer","--steps","100"]}]}
+//              "command":["./trainer","--steps","100"]},
+//             {"id":"h","class":"high","after_files":["a.hints.json"],"command":["./trainer"]}]}
 // Policy keys: the PolicyOptions field names (numbers/booleans) and "kind" (fcfs|k8s|hint).
 Status LoadRunSpec(const std::string& path, std::vector<RunJobSpec>* jobs, RunOptions* opt);
 // The same from text; `origin` names it in errors.
