@@ -7,9 +7,10 @@
 
 #include <rapidjson/document.h>
 
-#include <cstring>
+#include <algorithm>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 
 namespace preempt::sched::json_checks {
 
@@ -28,14 +29,8 @@ inline std::string Printable(const rapidjson::Value& name) {
 inline std::string UnknownMember(const rapidjson::Value& object, std::initializer_list<const char*> known) {
   if (!object.IsObject()) return "";
   for (auto it = object.MemberBegin(); it != object.MemberEnd(); ++it) {
-    bool found = false;
-    for (const char* k : known) {
-      if (it->name.GetStringLength() == std::strlen(k) && std::memcmp(it->name.GetString(), k, std::strlen(k)) == 0) {
-        found = true;
-        break;
-      }
-    }
-    if (!found) return Printable(it->name);
+    const std::string_view name(it->name.GetString(), it->name.GetStringLength());
+    if (std::find(known.begin(), known.end(), name) == known.end()) return Printable(it->name);
   }
   return "";
 }

@@ -188,8 +188,8 @@ Status ParseSnapshot(const std::string& text, const std::string& path, const std
     if (json_checks::NotANonEmptyString(o, "queue")) return err("queue", "expected a non-empty string");
     j.queue = Str(o, "queue", "default");
     double g = 1;
-    if (o.HasMember("gpus") && !Num(o, "gpus", &g)) return err("gpus", "must be a whole number in [1, 65536]");
-    if (!WholeInRange(g, 1, kMaxGpus)) return err("gpus", "must be a whole number in [1, 65536]");
+    if ((o.HasMember("gpus") && !Num(o, "gpus", &g)) || !WholeInRange(g, 1, kMaxGpus))
+      return err("gpus", "must be a whole number in [1, 65536]");
     j.gpus = static_cast<int>(g);
     if (json_checks::NotANonEmptyString(o, "state") || !SnapshotPhase(Str(o, "state", "pending"), &j.phase))
       return err("state", "expected pending|running|checkpointing|evicting");

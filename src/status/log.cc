@@ -45,8 +45,9 @@ bool ParseLogLevel(const char* name, LogLevel* out) {
     LogLevel level;
   } kLevels[] = {{"debug", LogLevel::kDebug}, {"info", LogLevel::kInfo}, {"warn", LogLevel::kWarn},
                  {"error", LogLevel::kError}, {"off", LogLevel::kOff}};
+  if (name == nullptr) return false;
   for (const auto& l : kLevels) {
-    if (name != nullptr && strcmp(name, l.name) == 0) {
+    if (strcmp(name, l.name) == 0) {
       *out = l.level;
       return true;
     }
