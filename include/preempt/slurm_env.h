@@ -17,7 +17,9 @@
 // when it is still running at the end of the grace; a job that saved and exited inside it would
 // end as COMPLETED. So after SIGTERM, when `scontrol show job` shows a PreemptTime (the job is
 // being preempted, not cancelled), rank 0 requeues the job too (PREEMPT_SLURM_REQUEUE_PREEMPTED=0
-// turns this off).
+// turns this off). The requeue sends SIGTERM to every process of the job, the batch shell included:
+// a batch script that runs `srun` traps it (`trap 'true' TERM`), or the shell dies and takes `srun`
+// and the tasks' remaining output with it (docs/slurm.md).
 //
 // Thread-safety: the functions share no state; RunCommand forks (call it from one thread, not
 // from a signal handler).

@@ -279,6 +279,7 @@ int Train(const Args& a) {
       std::printf("rank %d stopped at step %lld committed=%d signal_to_commit_s=%.3f\n", a.rank,
                   static_cast<long long>(rt.stats().stop_step), rt.stats().stop_committed ? 1 : 0,
                   rt.stats().signal_to_commit_s);
+      std::fflush(stdout);  // before exit_code(): its `scontrol requeue` ends the job's other processes
       break;
     }
     if (act == preempt::Action::kCheckpoint) {

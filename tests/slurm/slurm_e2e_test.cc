@@ -213,14 +213,17 @@ TEST_F(SlurmE2E, PreemptedLowJobsCommitInsideGraceTimeAreRequeuedAndResumeBitwis
 
 // `srun -n 2`: ranks from SLURM_PROCID/SLURM_NTASKS, gloo over loopback. First a SIGTERM to task 1
 // only (both ranks stop at the same step and commit; the operator requeues), then a preemption
-// that signals both tasks; the third run finishes.
+// that signals both tasks; the third run finishes. On the preemption rank 0 requeues the job once
+// the stop checkpoint committed; SLURM then sends SIGTERM to the batch step too. The batch shell
+// traps it (as examples/slurm/train-srun.sbatch does): without the trap it dies, slurmstepd kills
+// srun with it, and what the tasks print after that (rank 0's own stop line) never reaches the log.
 TEST_F(SlurmE2E, SrunTasksTakeRankFromSlurmAndStopTogetherOnOneOrAllSignals) {
   const std::string args = "--steps 300 --every 100";
   std::string ref_out = reference(dir_, args, 2, dir_ / "ref.loss");
   WriteScript(dir_ / "srun.sh",
-              "#!/bin/bash\nexport PREEMPT_GRACE_S=20\nsrun --kill-on-bad-exit=0 bash -c 'exec " + Trainer() +
-                  " --dir " + (dir_ / "ckpt") + " " + args + " --sleep-ms 40 --loss-log " + (dir_ / "loss") +
-                  " --rank $SLURM_PROCID --world $SLURM_NTASKS --rendezvous " + (dir_ / "rdzv") +
+              "#!/bin/bash\nexport PREEMPT_GRACE_S=20\ntrap 'true' TERM\nsrun --kill-on-bad-exit=0 bash -c 'exec " +
+                  Trainer() + " --dir " + (dir_ / "ckpt") + " " + args + " --sleep-ms 40 --loss-log " +
+                  (dir_ / "loss") + " --rank $SLURM_PROCID --world $SLURM_NTASKS --rendezvous " + (dir_ / "rdzv") +
                   ".$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}'\n");
   std::string id = submit("-p low -n 2 --gres=gpu:2 --open-mode=append -o " + (dir_ / "srun.out"), dir_ / "srun.sh");
   ASSERT_FALSE(id.empty());
@@ -248,7 +251,13 @@ TEST_F(SlurmE2E, SrunTasksTakeRankFromSlurmAndStopTogetherOnOneOrAllSignals) {
   ASSERT_TRUE(wait_done(id, 120)) << JobState(id);
   EXPECT_EQ(JobState(id), "COMPLETED");
   out = ReadFileOrDie(dir_ / "srun.out");
-  EXPECT_EQ(LinesStartingWith(out, "rank 0 stopped at step ").size(), 2u) << out;
+  // Both ranks' lines of the preempted run reach the log: each stopped, committed and exited 143.
+  for (const char* rank : {"rank 0 ", "rank 1 "}) {
+    auto stops = LinesStartingWith(out, std::string(rank) + "stopped at step ");
+    ASSERT_EQ(stops.size(), 2u) << out;
+    EXPECT_NE(stops[1].find("committed=1"), std::string::npos) << stops[1];
+    EXPECT_EQ(LinesStartingWith(out, std::string(rank) + "exit 143").size(), 2u) << out;
+  }
   EXPECT_EQ(LinesStartingWith(out, "rank 1 start step ").size(), 3u) << out;
   ExpectSameAsReference(out, ref_out, dir_ / "loss", dir_ / "ref.loss");
 }
