@@ -97,9 +97,12 @@ class WorkDrain : public DrainSource {
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, std::string>> works_;
 };
 
+#if defined(PREEMPT_HAVE_GLOO)
 // Test/example helper: a gloo process group over loopback (127.0.0.1) rendezvousing through a
 // c10d::FileStore at `store_path` (shared by all ranks; remove it before the first launch).
+// Built only when LibTorch's gloo headers were found (PyTorch's pip wheels have none).
 c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGlooGroup(const std::string& store_path, int rank, int size,
                                                          double timeout_s = 60);
+#endif
 
 }  // namespace preempt

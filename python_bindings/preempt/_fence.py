@@ -25,7 +25,10 @@ class OptimizerFence:
         if any(o is optimizer for o, _ in self.optimizers):
             return
         if hasattr(optimizer, "register_step_pre_hook"):
-            hook = optimizer.register_step_pre_hook(lambda *_: self.wait())
+            def pre_hook(*_):
+                self.wait()  # torch 2.x: a pre-hook returns None (or new (args, kwargs)), never a value
+
+            hook = optimizer.register_step_pre_hook(pre_hook)
             remove = hook.remove
         else:
             original = optimizer.step

@@ -2,7 +2,9 @@
 #include "preempt/coord_c10d.h"
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#if defined(PREEMPT_HAVE_GLOO)
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -142,6 +144,7 @@ Status WorkDrain::wait_all(Deadline deadline, UntilStop until_stop) {
   return first;
 }
 
+#if defined(PREEMPT_HAVE_GLOO)
 c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGlooGroup(const std::string& store_path, int rank, int size,
                                                          double timeout_s) {
   auto store = c10::make_intrusive<c10d::FileStore>(store_path, size);
@@ -150,5 +153,6 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGlooGroup(const std::string& stor
   opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
 }
+#endif
 
 }  // namespace preempt

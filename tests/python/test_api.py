@@ -41,11 +41,18 @@ class Counter:
         self.n, self.history = sd["n"], list(sd["history"])
 
 
+def grad_scaler(**kw):
+    """torch.amp.GradScaler("cuda") where it exists (torch >= 2.3 deprecates torch.cuda.amp's)."""
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler("cuda", enabled=torch.cuda.is_available(), **kw)
+    return torch.cuda.amp.GradScaler(enabled=torch.cuda.is_available(), **kw)
+
+
 def test_save_load_roundtrip_every_kind(tmp_path):
     model = make_model()
     optim = torch.optim.AdamW(model.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.StepLR(optim, 2, gamma=0.5)
-    scaler = torch.cuda.amp.GradScaler(init_scale=1024.0, enabled=torch.cuda.is_available())
+    scaler = grad_scaler(init_scale=1024.0)
     train(model, optim, sched)
     counter = Counter()
     counter.n, counter.history = 7, [1.5, "x", None]
@@ -57,7 +64,7 @@ def test_save_load_roundtrip_every_kind(tmp_path):
 
     model2 = make_model(); optim2 = torch.optim.AdamW(model2.parameters(), lr=1.0)
     sched2 = torch.optim.lr_scheduler.StepLR(optim2, 2, gamma=0.5)
-    scaler2 = torch.cuda.amp.GradScaler(enabled=torch.cuda.is_available())
+    scaler2 = grad_scaler()
     with torch.no_grad():
         for p in model2.parameters():
             p.zero_()
