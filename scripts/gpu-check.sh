@@ -2,7 +2,7 @@
 # gpu-check.sh — checks of the CUDA/NCCL paths that cannot run on a CPU-only machine.
 # Run on a machine with a GPU, the CUDA toolkit and a python3 that imports PyTorch (2.x):
 #
-#   scripts/gpu-check.sh [--build-dir DIR] [--deps DIR] [--out DIR] [--figures MIB]
+#   scripts/gpu-check.sh [--build-dir DIR] [--deps DIR] [--out DIR] [--figures MIB] [--no-pytest]
 #
 # 1. configures with LibTorch from that PyTorch (torch.utils.cmake_prefix_path), PREEMPT_WITH_CUDA=ON
 #    and PREEMPT_BUILD_GPU_CHECKS=ON (no other tests, benchmarks or examples), NCCL from
@@ -13,7 +13,8 @@
 #    drain of a stream held busy with a deadline) and cuda_snapshot_check (round trip, overlapped
 #    device-to-host snapshot, exact resume on the GPU, then figures for a MIB MiB model, default 1024);
 # 3. builds the Python package (pybind11 from that python3) in a second build directory and runs
-#    tests/gpu/cuda_python_check.py and the Python tests that need no C++ test programs.
+#    tests/gpu/cuda_python_check.py and the Python tests that need no C++ test programs (about
+#    100 s; --no-pytest leaves them out).
 # --deps DIR: a prefix with liburing, xxHash, cereal and RapidJSON for a machine that lacks them
 # (scripts/gpu-deps.sh makes one). --out DIR: the logs are copied there. One line per result at
 # the end; exit status non-zero when a step failed. Expected wall time: 4–7 minutes.
@@ -23,13 +24,15 @@ build="$repo/build-gpu"
 deps=""
 out=""
 figures=1024
+pytest=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build-dir) build="$(realpath -m "$2")"; shift 2 ;;
     --deps) deps="$(realpath "$2")"; shift 2 ;;
     --out) out="$(realpath -m "$2")"; shift 2 ;;
     --figures) figures="$2"; shift 2 ;;
-    *) sed -n '2,19p' "$0"; exit 2 ;;
+    --no-pytest) pytest=0; shift ;;
+    *) sed -n '2,20p' "$0"; exit 2 ;;
   esac
 done
 [[ $figures =~ ^[0-9]+$ ]] || { echo "gpu-check: --figures wants MiB, got '$figures'" >&2; exit 2; }
@@ -128,6 +131,7 @@ if cmake -S "$repo" -B "$build/py" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithD
     "$repo/tests/gpu/cuda_python_check.py" --device cuda 2>&1 | tee "$logs/cuda_python_check.log"
   rc=${PIPESTATUS[0]}
   if [[ $rc -eq 0 ]]; then result ok "cuda_python_check"; else result FAIL "cuda_python_check (exit $rc)"; fi
+  [[ $pytest -eq 1 ]] || { result skip "pytest tests/python (--no-pytest)"; finish; }
   (cd "$repo/tests/python" && PREEMPT_LOG_LEVEL=warn timeout 240 "$py" -m pytest -q -p no:cacheprovider -x \
      test_api.py test_bad_use.py test_store_options.py test_exact_resume.py 2>&1) | tee "$logs/pytest.log" | tail -25
   rc=${PIPESTATUS[0]}

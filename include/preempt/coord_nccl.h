@@ -7,7 +7,8 @@
 // the trainer enqueued there) and polls cudaEventQuery and ncclCommGetAsyncError until the event
 // completes or the deadline passes. Past the deadline — a peer never joined a collective, the
 // stream is stuck — it calls ncclCommAbort, which makes the stuck kernels return, and reports
-// kDeadlineExceeded. After an abort the communicator is gone (comm() returns nullptr).
+// kDeadlineExceeded. After an abort the communicator is gone (comm() returns nullptr). The abort
+// runs on a thread of its own, so the drain returns at its deadline even when ncclCommAbort waits.
 //
 // NcclCollective implements the coordinator's allreduce(MAX) of a few int64 with a small device
 // buffer and a pinned host buffer it owns, on the same stream; waits are the same event poll with

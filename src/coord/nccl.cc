@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "preempt/log.h"
 
@@ -57,7 +58,10 @@ Status DrainNcclStream(ncclComm_t* comm, cudaStream_t stream, Deadline deadline,
   }
   if (!result.ok() && comm && *comm) {
     PREEMPT_LOG_WARN("%s; calling ncclCommAbort", result.to_string().c_str());
-    ncclCommAbort(*comm);  // unblocks the stuck kernels; the communicator is destroyed
+    // Unblocks the stuck kernels and destroys the communicator, on a thread of its own: with the
+    // stream held by other work (seen: a host function on it), ncclCommAbort itself waits for
+    // the stream (NCCL 2.2x, CUDA 13), and the drain must return at its deadline.
+    std::thread([c = *comm] { ncclCommAbort(c); }).detach();
     *comm = nullptr;
   }
   cudaEventDestroy(ev);
