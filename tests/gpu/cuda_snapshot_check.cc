@@ -20,6 +20,7 @@
 // `--device cpu` runs the same code on the CPU (a check of this program where no GPU is).
 // scripts/gpu-check.sh builds and runs it.
 #include <execinfo.h>
+#include <ftw.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -30,7 +31,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -448,6 +448,20 @@ void Figures(int64_t param_mib) {
   Mark("teardown: done");
 }
 
+// POSIX, not std::filesystem: PyTorch 2.11's libtorch.so exports its own std::filesystem
+// symbols, and on a GPU machine a call of remove_all from here bound to that copy and crashed
+// (a call through a null pointer). preempt's libraries do not use std::filesystem.
+void RemoveTree(const std::string& root) {
+  (void)nftw(
+      root.c_str(),
+      [](const char* path, const struct stat*, int, struct FTW*) {
+        (void)remove(path);  // best effort: keep going
+        return 0;
+      },
+      16,
+      FTW_DEPTH | FTW_PHYS);
+}
+
 // A crash prints where it happened (a check run once on a machine without a debugger at hand).
 // The faulting instruction and the word at the stack pointer (the return address when a call
 // went through a bad pointer) are printed too: the unwinder stops at a garbage program counter.
@@ -514,7 +528,8 @@ int main(int argc, char** argv) {
   }
   setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 1);
   at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
-  std::string tmpl = (dir.empty() ? std::filesystem::temp_directory_path().string() : dir) + "/cuda-snapshot.XXXXXX";
+  const char* tmp = getenv("TMPDIR");
+  std::string tmpl = (dir.empty() ? (tmp && *tmp ? tmp : "/tmp") : dir) + std::string("/cuda-snapshot.XXXXXX");
   if (!mkdtemp(tmpl.data())) {
     std::fprintf(stderr, "cuda_snapshot_check: cannot create a directory from %s\n", tmpl.c_str());
     return 2;
@@ -528,8 +543,7 @@ int main(int argc, char** argv) {
   Guarded("exact resume", ExactResume);
   if (figures > 0) Guarded("figures", [&] { Figures(figures); });
   Mark("removing the checkpoints");
-  std::error_code ec;
-  std::filesystem::remove_all(dir_root, ec);
+  RemoveTree(dir_root);
   std::printf("%s: %d check(s) failed\n", failures ? "FAILED" : "passed", failures);
   std::fflush(stdout);  // what follows is static destruction: a crash there must not hide this
   return failures ? 1 : 0;
