@@ -7,13 +7,30 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
 namespace preempt::torch::internal {
+
+// The key of parameter `p` in an optimizer's state map (Map: decltype(optimizer.state())).
+// LibTorch 1.x keys state by the TensorImpl address as text (c10::guts::to_string); 2.x by the
+// address itself.
+template <class Map>
+auto StateKey(const at::Tensor& p) {
+  using Key = typename std::decay_t<Map>::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream os;
+    os << static_cast<const void*>(p.unsafeGetTensorImpl());
+    return os.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
 
 // One param-group option: a number, or a flag (stored as 0 / 1).
 struct OptionRef {

@@ -4,8 +4,6 @@
 //   <optim>:state.<i>.<key>   per-parameter state tensors, i = index across all param groups
 #include <map>
 #include <set>
-#include <sstream>
-#include <type_traits>
 #include <utility>
 
 #include "preempt/log.h"
@@ -25,20 +23,6 @@ using ::torch::optim::OptimizerParamState;
 using records::GroupRecord;
 using records::OptimRecord;
 using records::ParamRecord;
-
-template <class Map>
-auto StateKey(const at::Tensor& p) {
-  using Key = typename std::decay_t<Map>::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    // LibTorch 1.x keys state by the TensorImpl address as text (c10::guts::to_string); 2.x by
-    // the address itself.
-    std::ostringstream os;
-    os << static_cast<const void*>(p.unsafeGetTensorImpl());
-    return os.str();
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
 
 class TrackedOptimizer : public Tracked {
  public:

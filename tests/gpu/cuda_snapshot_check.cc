@@ -32,9 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <sstream>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include <torch/cuda.h>
@@ -42,6 +40,7 @@
 
 #include "preempt/store.h"
 #include "preempt/torch/training_state.h"
+#include "torch/optimizer_kinds.h"  // StateKey
 
 namespace pt = preempt::torch;
 
@@ -86,20 +85,6 @@ bool BitEqual(const at::Tensor& a, const at::Tensor& b) {
   if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
   at::Tensor x = a.detach().contiguous().cpu(), y = b.detach().contiguous().cpu();
   return std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
-}
-
-// The optimizer state map's key: the TensorImpl address as text in LibTorch 1.x, the address
-// itself in 2.x.
-template <class Map>
-auto StateKey(const at::Tensor& p) {
-  using Key = typename std::decay_t<Map>::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream os;
-    os << static_cast<const void*>(p.unsafeGetTensorImpl());
-    return os.str();
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
 }
 
 struct NetImpl : torch::nn::Module {
@@ -160,7 +145,7 @@ struct Trainer {
     if (big.defined()) out.push_back(big.detach().clone());
     auto& st = opt->state();
     for (auto& p : net->parameters()) {
-      auto it = st.find(StateKey<decltype(st)>(p));
+      auto it = st.find(pt::internal::StateKey<decltype(st)>(p));
       if (it == st.end()) {
         out.push_back(at::Tensor());
         continue;
