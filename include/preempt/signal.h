@@ -29,8 +29,11 @@
 //         env: [{name: PREEMPT_GRACE_S, value: "120"}]
 //   * SLURM: `sbatch --signal=USR1@90` sends SIGUSR1 90 s before the time limit; use
 //     PREEMPT_STOP_SIGNALS=TERM,USR1 and PREEMPT_GRACE_S=90 (`--signal=B:USR1@90` when the
-//     trainer runs in the batch shell). On preemption SLURM sends SIGTERM and SIGKILL after the
-//     partition's GraceTime (KillWait at time limit): set PREEMPT_GRACE_S to that GraceTime.
+//     trainer runs in the batch shell). On preemption SLURM signals the tasks of the job's steps
+//     when the partition's GraceTime starts and kills the job when it ends; a trainer in the batch
+//     step gets its signal at the start only with SlurmctldParameters=preempt_send_user_signal and
+//     `--signal=B:...`, else SIGTERM at the end and KillWait (docs/slurm.md). Set PREEMPT_GRACE_S
+//     to the grace the job gets.
 // Reserve (kept back for exit and slack): SignalOptions::reserve_s >= 0, else env
 // PREEMPT_GRACE_RESERVE_S, else max(1 s, 10 % of grace), capped at half the grace.
 //

@@ -12,7 +12,10 @@
 # and three partitions sharing it: `low` (PriorityTier=1, PreemptMode=REQUEUE, GraceTime=$GRACE_S,
 # default 20: SLURM preempts it), `advised` (PriorityTier=1, PreemptMode=OFF: only the scheduler
 # backend preempts it, with `scontrol requeue`) and `high` (PriorityTier=10);
-# PreemptType=preempt/partition_prio.
+# PreemptType=preempt/partition_prio, KillWait=10. SlurmctldParameters=preempt_send_user_signal:
+# when a preemption's GraceTime starts, a job submitted with `--signal=[B:]SIG@N` gets SIG (B: the
+# batch shell only) instead of the SIGTERM SLURM sends to its steps' tasks; without it the batch
+# step is signalled only when the grace ends (docs/slurm.md).
 # Ports: $SLURM_TEST_PORT (slurmctld, default 16817) and the next one (slurmd).
 # `up` stops whatever it started when a step fails; callers trap `down` for the rest.
 set -euo pipefail
@@ -50,7 +53,7 @@ down() {
   stop_pid_file "$dir/run/slurmd.pid" slurmd
   # slurmstepd processes of this cluster (if slurmd died before them): matched by our spool dir.
   for p in $(pgrep -x slurmstepd 2>/dev/null || true); do
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_CONF=$dir/etc/slurm.conf"; then
+    if tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "SLURM_CONF=$dir/etc/slurm.conf"; then
       kill -KILL "$p" 2>/dev/null || true
     fi
   done
@@ -100,6 +103,7 @@ SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,bf_interval=2
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
+SlurmctldParameters=preempt_send_user_signal
 JobRequeue=1
 KillWait=10
 MinJobAge=600

@@ -1,6 +1,7 @@
 // The runtime under a real (private, single-node, 4-GPU) SLURM cluster: the example trainer in
-// the low partition is preempted by a high-partition job (PreemptMode=REQUEUE, GraceTime), commits
-// inside the grace, is requeued by SLURM and resumes; the same for the Python trainer
+// the low partition is preempted by a high-partition job (PreemptMode=REQUEUE, GraceTime), gets its
+// stop signal when the grace starts (`--signal=B:TERM@20`, preempt_send_user_signal), commits
+// inside the grace, is requeued and resumes; the same for the Python trainer
 // (examples/python/train.py through examples/slurm/train-python.sbatch); a job stopped by
 // `--signal=B:USR1@N` before its time limit requeues itself; an `srun -n 2` job takes rank and
 // world size from SLURM and handles a SIGTERM to one task and to all tasks. Every run's per-step
@@ -13,9 +14,13 @@
 // Started by run_with_cluster.sh, which brings the cluster up and always takes it down.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <future>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -26,6 +31,9 @@
 
 namespace preempt::testing::slurm {
 namespace {
+
+// The low partition's GraceTime (cluster.sh's default GRACE_S).
+constexpr int kGraceS = 20;
 
 std::string Trainer() { return BinaryDir() + "/tests/runtime/preempt_trainer_worker"; }
 std::string SourceDir() { return std::string(PREEMPT_SOURCE_DIR); }
@@ -50,6 +58,49 @@ bool wait_done(const std::string& id, double timeout_s) {
 // it ("Job credential revoked") and the job fails.
 void release_when_pending(const std::string& id) {
   WaitFor(60, [&] { return JobState(id) == "PENDING"; });
+}
+
+double NowUnix() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+// scontrol's PreemptTime (local time, whole seconds: when the preemption's GraceTime started) as
+// Unix seconds; -1 when the job has none.
+double PreemptTimeUnix(const std::string& info) {
+  std::string v = JobField(info, "PreemptTime");
+  std::tm tm{};
+  if (v.empty() || !strptime(v.c_str(), "%Y-%m-%dT%H:%M:%S", &tm)) return -1;
+  tm.tm_isdst = -1;
+  return static_cast<double>(std::mktime(&tm));
+}
+
+// When a preempted job's grace started and when the test saw it requeued, Unix seconds.
+struct Preemption {
+  double grace_at = -1;
+  double requeued_at = -1;
+};
+// Polls the jobs until each was requeued. PreemptTime shows only until the requeue; a job requeued
+// before a poll saw it gets the last poll that saw it unrequeued (the grace started no earlier).
+std::map<std::string, Preemption> WatchPreemption(const std::vector<std::string>& ids, double timeout_s) {
+  std::map<std::string, Preemption> seen;
+  std::map<std::string, double> unrequeued_at;
+  WaitFor(timeout_s, [&] {
+    bool all = true;
+    for (const std::string& id : ids) {
+      Preemption& p = seen[id];
+      if (p.requeued_at >= 0) continue;
+      const double now = NowUnix();
+      const std::string info = JobInfo(id);
+      if (std::atoi(JobField(info, "Restarts").c_str()) >= 1) {
+        p.requeued_at = now;
+        if (p.grace_at < 0) p.grace_at = unrequeued_at.count(id) ? unrequeued_at[id] : now;
+        continue;
+      }
+      unrequeued_at[id] = now;
+      if (p.grace_at < 0) p.grace_at = PreemptTimeUnix(info);
+      all = false;
+    }
+    return all;
+  });
+  return seen;
 }
 
 // An uninterrupted run of `world` ranks of the example trainer in dir/ref; returns rank 0's stdout.
@@ -127,13 +178,15 @@ class SlurmE2E : public ::testing::Test {
 
 // Preemption: PreemptMode=REQUEUE with GraceTime=20 on the low partition. The C++ example trainer
 // and the Python trainer (examples/python/train.py through examples/slurm/train-python.sbatch,
-// whose shell requeues the job) run side by side in `low`, two GPUs each; one high job needs all
-// four GPUs, so SLURM preempts both. Each commits inside GraceTime, is requeued and resumes; every
-// step's loss and the final weights equal an uninterrupted run's (computed meanwhile). The runs
-// are long enough for SLURM, which sometimes takes ~20 s to act on a preemption, on a machine busy
-// with other tests (the Python job once finished its 600 steps, and the C++ job was 32 s into its
-// 45 s, when SLURM acted: both now run about twice as long).
-TEST_F(SlurmE2E, PreemptedLowJobsCommitInsideGraceTimeAreRequeuedAndResumeBitwise) {
+// whose shell passes SIGTERM on and requeues the job) run side by side in `low`, two GPUs each,
+// submitted with --signal=B:TERM@20; one high job needs all four GPUs, so SLURM preempts both.
+// With preempt_send_user_signal each gets SIGTERM when the grace starts, commits and is requeued
+// well before the grace ends (without it SLURM would signal and requeue them only at its end), and
+// resumes; every step's loss and the final weights equal an uninterrupted run's (computed
+// meanwhile). The runs are long enough for SLURM, which sometimes takes ~20 s to act on a
+// preemption, on a machine busy with other tests (the Python job once finished its 600 steps, and
+// the C++ job was 32 s into its 45 s, when SLURM acted: both now run about twice as long).
+TEST_F(SlurmE2E, PreemptedLowJobsStopWhenGraceTimeStartsAndResumeBitwise) {
   // The Python job first: it takes longest to start (importing torch); the C++ job starts once it
   // trains, so that both still have ~60 s or more to go when the high job arrives.
   int rc = 0;
@@ -150,8 +203,8 @@ TEST_F(SlurmE2E, PreemptedLowJobsCommitInsideGraceTimeAreRequeuedAndResumeBitwis
     setenv("CKPT_DIR", (dir_ / "py-ckpt").c_str(), 1);
     setenv("TRAIN_PY", train.c_str(), 1);
     setenv("PREEMPT_HINTS_FILE", (dir_ / "py-hints.json").c_str(), 1);
-    py = submit("-p low --gres=gpu:2 -o " + (dir_ / "py.out") + " " + SourceDir() +
-                    "/examples/slurm/train-python.sbatch" + py_args + " --sleep-ms 50",
+    py = submit("-p low --gres=gpu:2 --signal=B:TERM@" + std::to_string(kGraceS) + " -o " + (dir_ / "py.out") + " " +
+                    SourceDir() + "/examples/slurm/train-python.sbatch" + py_args + " --sleep-ms 50",
                 "");
     for (const char* v : {"CKPT_DIR", "TRAIN_PY", "PREEMPT_HINTS_FILE"}) unsetenv(v);
     ASSERT_FALSE(py.empty());
@@ -161,18 +214,30 @@ TEST_F(SlurmE2E, PreemptedLowJobsCommitInsideGraceTimeAreRequeuedAndResumeBitwis
 
   const std::string args = "--steps 3000 --every 600";
   auto cpp_ref = std::async(std::launch::async, [&] { return reference(dir_, args, 1, dir_ / "ref.loss"); });
-  WriteScript(dir_ / "low.sh", "#!/bin/bash\nexport PREEMPT_GRACE_S=20\nexec " + Trainer() + " --dir " +
-                                   (dir_ / "ckpt") + " " + args + " --sleep-ms 30 --loss-log " + (dir_ / "loss") +
-                                   " --hints " + (dir_ / "hints.json") + "\n");
-  std::string low = submit("-p low --gres=gpu:2 --open-mode=append -o " + (dir_ / "low.out"), dir_ / "low.sh");
+  WriteScript(dir_ / "low.sh", "#!/bin/bash\nexport PREEMPT_GRACE_S=" + std::to_string(kGraceS) + "\nexec " +
+                                   Trainer() + " --dir " + (dir_ / "ckpt") + " " + args + " --sleep-ms 30 --loss-log " +
+                                   (dir_ / "loss") + " --hints " + (dir_ / "hints.json") + "\n");
+  std::string low = submit(
+      "-p low --gres=gpu:2 --signal=B:TERM@" + std::to_string(kGraceS) + " --open-mode=append -o " + (dir_ / "low.out"),
+      dir_ / "low.sh");
   ASSERT_FALSE(low.empty());
   ASSERT_TRUE(WaitFor(60, [&] { return ReadInt(dir_ / "ckpt/.rank0.progress") >= 120; }))
       << "low job did not train: " << JobState(low);
+  const double high_submitted_at = NowUnix();
   std::string high = submit("-p high --gres=gpu:4 -o /dev/null --wrap 'sleep 1'", "");
   ASSERT_FALSE(high.empty());
-  for (const std::string& id : {low, py}) {
-    if (id.empty()) continue;
-    ASSERT_TRUE(WaitFor(60, [&] { return JobRestarts(id) >= 1; })) << "not requeued: " << id << " " << JobState(id);
+  std::vector<std::string> low_jobs{low};
+  if (!py.empty()) low_jobs.push_back(py);
+  // SLURM sometimes takes ~20 s to start the grace; then signal, commit and requeue take a few
+  // seconds. Requeued at its end (no early signal), a job would show >= kGraceS here.
+  auto preempted = WatchPreemption(low_jobs, 60 + kGraceS);
+  for (const std::string& id : low_jobs) {
+    const Preemption& p = preempted[id];
+    ASSERT_GE(p.requeued_at, 0) << "not requeued: " << id << " " << JobState(id);
+    std::printf("job %s: grace started %.1f s after the high job was submitted, requeued %.1f s into it\n", id.c_str(),
+                p.grace_at - high_submitted_at, p.requeued_at - p.grace_at);
+    EXPECT_LT(p.requeued_at - p.grace_at, kGraceS - 5)
+        << "job " << id << " must get SIGTERM when GraceTime starts and requeue itself long before it ends";
   }
   for (const std::string& id : {low, py}) {
     if (id.empty()) continue;
@@ -187,7 +252,7 @@ TEST_F(SlurmE2E, PreemptedLowJobsCommitInsideGraceTimeAreRequeuedAndResumeBitwis
   ASSERT_EQ(stops.size(), 1u) << out;
   EXPECT_NE(stops[0].find("committed=1"), std::string::npos) << stops[0];
   double to_commit_s = std::atof(stops[0].substr(stops[0].find("signal_to_commit_s=") + 19).c_str());
-  EXPECT_LT(to_commit_s, 20.0) << "the stop checkpoint must commit inside GraceTime";
+  EXPECT_LT(to_commit_s, kGraceS) << "the stop checkpoint must commit inside GraceTime";
   EXPECT_NE(out.find("rank 0 exit 143"), std::string::npos) << out;
   auto starts = LinesStartingWith(out, "rank 0 start step ");
   ASSERT_EQ(starts.size(), 2u) << out;

@@ -54,10 +54,21 @@ std::string JobState(const std::string& id) {
   return s;
 }
 
+std::string JobInfo(const std::string& id) { return Sh("scontrol show job " + id + " 2>/dev/null"); }
+
+std::string JobField(const std::string& info, const std::string& key) {
+  const std::string k = key + "=";
+  size_t p = info.find(k);
+  // Only at the start of a field (not e.g. "Restarts=" inside "NoRestarts=").
+  while (p != std::string::npos && p > 0 && info[p - 1] != ' ' && info[p - 1] != '\n') p = info.find(k, p + 1);
+  if (p == std::string::npos) return "";
+  p += k.size();
+  return info.substr(p, info.find_first_of(" \n", p) - p);
+}
+
 int JobRestarts(const std::string& id) {
-  std::string s = Sh("scontrol show job " + id + " 2>/dev/null");
-  size_t p = s.find("Restarts=");
-  return p == std::string::npos ? -1 : std::atoi(s.c_str() + p + 9);
+  std::string v = JobField(JobInfo(id), "Restarts");
+  return v.empty() ? -1 : std::atoi(v.c_str());
 }
 
 void WriteScript(const std::string& path, const std::string& body) {

@@ -14,6 +14,10 @@ bool ClusterUp();
 std::string Sbatch(const std::string& args, const std::string& script);
 // Job state as squeue prints it (PENDING, RUNNING, COMPLETED, ...; "" when unknown).
 std::string JobState(const std::string& id);
+// `scontrol show job` of the job ("" when unknown).
+std::string JobInfo(const std::string& id);
+// The value of `key` (e.g. "Restarts") in `scontrol show job` text; "" when absent.
+std::string JobField(const std::string& info, const std::string& key);
 // How often the job was requeued (scontrol's Restarts=); -1 when unknown.
 int JobRestarts(const std::string& id);
 // Polls `pred` every 200 ms until it is true or `timeout_s` passed; returns the last value.
