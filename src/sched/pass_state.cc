@@ -7,6 +7,15 @@
 
 namespace preempt::sched {
 
+void RunningOn::build(int n_nodes, const std::vector<std::pair<int, int>>& node_job) {
+  start_.assign(static_cast<size_t>(n_nodes) + 1, 0);
+  for (const auto& [node, job] : node_job) start_[node + 1]++;
+  for (int n = 0; n < n_nodes; ++n) start_[n + 1] += start_[n];
+  jobs_.resize(node_job.size());
+  std::vector<int> next(start_.begin(), start_.end() - 1);
+  for (const auto& [node, job] : node_job) jobs_[next[node]++] = job;
+}
+
 PassState::PassState(const ClusterState& state, const PolicyOptions& config, const JobIndex* job_index)
     : st(state),
       cfg(config),
@@ -15,7 +24,6 @@ PassState::PassState(const ClusterState& state, const PolicyOptions& config, con
       hint(config.kind == PolicyKind::kHintAware),
       n_nodes(static_cast<int>(state.nodes.size())),
       index(job_index),
-      running_on(n_nodes),
       leaving_on(n_nodes, 0),
       chosen(state.jobs.size(), 0),
       free_(n_nodes),
@@ -32,14 +40,17 @@ PassState::PassState(const ClusterState& state, const PolicyOptions& config, con
     for (size_t i = 0; i < jobs.size(); ++i) all[i] = static_cast<int>(i);
   }
   const std::vector<int>& holders = index ? index->placed() : all;
+  std::vector<std::pair<int, int>> running;  // (node, job)
+  running.reserve(holders.size());
   for (int i : holders) {
     const Job& j = jobs[i];
     if (j.phase == JobPhase::kPending || j.node < 0 || j.node >= n_nodes) continue;
     free_[j.node] -= j.gpus;
     placed_by_class[static_cast<int>(j.cls)] += j.gpus;
-    if (j.phase == JobPhase::kRunning) running_on[j.node].push_back(i);
+    if (j.phase == JobPhase::kRunning) running.emplace_back(j.node, i);
     else leaving_on[j.node] += j.gpus;
   }
+  running_on.build(n_nodes, running);
   // Jobs being moved (or moved and not yet restarted) hold their GPUs on the node they restart on.
   for (int i : holders) {
     const Job& j = jobs[i];

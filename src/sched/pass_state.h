@@ -21,6 +21,28 @@ class JobIndex;
 
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// The running jobs of every node (job indices, ascending within a node), in one array: a pass
+// builds it once, and a cluster of many nodes does not pay an allocation per node per pass.
+class RunningOn {
+ public:
+  struct Jobs {
+    const int* b;
+    const int* e;
+    const int* begin() const { return b; }
+    const int* end() const { return e; }
+    size_t size() const { return static_cast<size_t>(e - b); }
+  };
+  Jobs operator[](int node) const { return {jobs_.data() + start_[node], jobs_.data() + start_[node + 1]}; }
+  int nodes() const { return static_cast<int>(start_.size()) - 1; }
+  size_t total() const { return jobs_.size(); }
+  // (node, job) pairs in ascending job order; every node in [0, n_nodes).
+  void build(int n_nodes, const std::vector<std::pair<int, int>>& node_job);
+
+ private:
+  std::vector<int> start_{0};  // node n's jobs are jobs_[start_[n], start_[n + 1])
+  std::vector<int> jobs_;
+};
+
 class PassState {
  public:
   // With `index` (job_index.h), only the jobs holding GPUs are read here.
@@ -39,7 +61,7 @@ class PassState {
   int total_gpus = 0, max_node = 0;
 
   // Running jobs per node (job indices), and GPUs of jobs checkpointing or evicting there.
-  std::vector<std::vector<int>> running_on;
+  RunningOn running_on;
   std::vector<int> leaving_on;
   // GPUs held per class by placed jobs (victims chosen in this pass no longer count).
   int placed_by_class[kNumClasses] = {0, 0, 0};

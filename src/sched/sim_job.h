@@ -61,23 +61,28 @@ struct SimJob {
       if (when > st.at) when += st.d;
     return when;
   }
-  double periodic(double now) const {
-    double p = progress(now) - t->ckpt_persist_s;
+  // The periodic commit reached at progress p (p0 when none in this run).
+  double periodic_at_progress(double p) const {
+    p -= t->ckpt_persist_s;
     if (p <= 0) return p0;
     double c = std::floor(p / t->ckpt_interval_s) * t->ckpt_interval_s;
     return std::max(p0, c);
   }
-  double committed(double now) const {
-    double c = periodic(now);
+  double periodic(double now) const { return periodic_at_progress(progress(now)); }
+  // Committed progress at `now`, given the progress then (progress(now)).
+  double committed_at_progress(double now, double p) const {
+    double c = periodic_at_progress(p);
     if (now >= extra_time) c = std::max(c, extra_progress);
     return c;
   }
-  double commit_time(double now) const {
-    double c = committed(now);
+  double committed(double now) const { return committed_at_progress(now, progress(now)); }
+  // When the commit `c` (committed(now)) became durable.
+  double commit_time_of(double now, double c) const {
     if (now >= extra_time && extra_progress >= c) return extra_time;
     if (c <= p0) return seg_start + seg_restore;
     return time_at(c + t->ckpt_persist_s);
   }
+  double commit_time(double now) const { return commit_time_of(now, committed(now)); }
 };
 
 enum class EvType { kArrival = 0, kFinish = 1, kCkptDone = 2, kEvictDone = 3, kWake = 4, kRequeued = 5 };

@@ -230,13 +230,14 @@ void Simulation::refresh_hints() {
     h.cost.persist_s = s.t->ckpt_persist_s;
     h.grace.needed_s = h.checkpoint_s();
     h.grace.granted_s = opt_.sigterm_saves ? s.grace : 0;  // a naive job does not save on SIGTERM
-    double committed = s.committed(now_);
+    const double progress = s.progress(now_);
+    const double committed = s.committed_at_progress(now_, progress);
     // GPU time of this run not yet turned into a durable commit: with no new commit since it
     // (re)started, that includes the restore it is paying now.
-    h.lost_work_s = committed > s.p0 ? std::max(0.0, s.progress(now_) - committed) : now_ - s.seg_start;
+    h.lost_work_s = committed > s.p0 ? std::max(0.0, progress - committed) : now_ - s.seg_start;
     h.last_commit.step = committed > 0 ? static_cast<int64_t>(committed) : -1;
-    h.last_commit.committed_at = s.commit_time(now_);
-    h.step = static_cast<int64_t>(s.progress(now_));
+    h.last_commit.committed_at = s.commit_time_of(now_, committed);
+    h.step = static_cast<int64_t>(progress);
     h.state = j.phase == JobPhase::kCheckpointing ? JobState::kCheckpointing : JobState::kTraining;
   };
   if (!opt_.indexed) {

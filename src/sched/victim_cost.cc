@@ -89,46 +89,67 @@ VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_hig
   return out;
 }
 
-CostView VictimCosts::for_high(int gpus) const {
-  if (!split_high_) return {&for_high_, &slot_};
-  if (gpus < min_gpus_) return {&for_small_high_, &slot_};
-  auto it = for_high_by_gpus_.find(gpus);
-  if (it != for_high_by_gpus_.end()) return {&it->second, &slot_};
-  std::vector<VictimCost>& out = for_high_by_gpus_[gpus];
-  out.resize(running_.size());
-  if (cfg_.kind != PolicyKind::kFcfs)
-    for (size_t k = 0; k < running_.size(); ++k) out[k] = CostOf(st_.jobs[running_[k]], st_.now, cfg_, true, gpus);
-  return {&out, &slot_};
+void VictimCosts::init(CostTable* t, const PolicyOptions* config, bool for_high, int preemptor_gpus) const {
+  t->config = config;
+  t->for_high = for_high;
+  t->preemptor_gpus = preemptor_gpus;
+  t->cost.clear();  // sized on its first lookup
+  t->done.clear();
 }
 
-VictimCosts::VictimCosts(const ClusterState& st, const PolicyOptions& cfg,
-                         const std::vector<std::vector<int>>& running_on)
-    : st_(st), cfg_(cfg), slot_(st.jobs.size(), -1) {
+const VictimCost& VictimCosts::lookup(CostTable* t, int job) const {
+  static const VictimCost kNotRunning;
+  const int k = slot_[job];
+  if (k < 0) return kNotRunning;
+  if (t->done.empty()) {
+    t->cost.resize(running_.size());
+    t->done.assign(running_.size(), 0);
+  }
+  if (!t->done[k]) {
+    if (cfg_.kind != PolicyKind::kFcfs) t->cost[k] = CostOf(st_.jobs[job], st_.now, *t->config, t->for_high, t->preemptor_gpus);
+    t->done[k] = 1;
+  }
+  return t->cost[k];
+}
+
+double VictimCosts::lost_work_s(int job) const {
+  const int k = slot_[job];
+  if (k < 0) return 0;
+  if (!lost_done_[k]) {
+    lost_work_s_[k] = EstimatedLostWork(st_.jobs[job], st_.now, cfg_);
+    lost_done_[k] = 1;
+  }
+  return lost_work_s_[k];
+}
+
+CostView VictimCosts::for_high(int gpus) const {
+  if (!split_high_) return {this, &for_high_};
+  if (gpus < min_gpus_) return {this, &for_small_high_};
+  auto it = for_high_by_gpus_.find(gpus);
+  if (it != for_high_by_gpus_.end()) return {this, &it->second};
+  CostTable& t = for_high_by_gpus_[gpus];
+  init(&t, &cfg_, true, gpus);
+  return {this, &t};
+}
+
+VictimCosts::VictimCosts(const ClusterState& st, const PolicyOptions& cfg, const RunningOn& running_on)
+    : st_(st), cfg_(cfg), small_(cfg), slot_(st.jobs.size(), -1) {
   // With a tolerable wait, high preemptors' costs depend on their size (for_high()).
   split_high_ = cfg.kind == PolicyKind::kHintAware && cfg.high_tolerable_wait != TolerableWait::kOff;
   min_gpus_ = std::max(1, cfg.tolerable_wait_min_gpus);
-  size_t running = 0;
-  for (const std::vector<int>& on_node : running_on) running += on_node.size();
-  running_.reserve(running);
-  lost_work_s_.resize(running, 0);
-  ordinary_.resize(running);
-  for_high_.resize(running);
-  if (split_high_) for_small_high_.resize(running);
-  PolicyOptions small = cfg;  // high preemptors under min_gpus_: no tolerable-wait kills
-  small.high_tolerable_wait = TolerableWait::kOff;
-  for (const std::vector<int>& on_node : running_on) {
-    for (int vi : on_node) {
-      const Job& v = st.jobs[vi];
-      const int k = static_cast<int>(running_.size());
-      slot_[vi] = k;
+  small_.high_tolerable_wait = TolerableWait::kOff;
+  running_.reserve(running_on.total());
+  for (int node = 0; node < running_on.nodes(); ++node) {
+    for (int vi : running_on[node]) {
+      slot_[vi] = static_cast<int>(running_.size());
       running_.push_back(vi);
-      lost_work_s_[k] = EstimatedLostWork(v, st.now, cfg);
-      if (cfg.kind == PolicyKind::kFcfs) continue;
-      ordinary_[k] = CostOf(v, st.now, cfg, false);
-      if (split_high_) for_small_high_[k] = CostOf(v, st.now, small, true);
-      else for_high_[k] = CostOf(v, st.now, cfg, true);
     }
   }
+  lost_work_s_.resize(running_.size(), 0);
+  lost_done_.assign(running_.size(), 0);
+  init(&ordinary_, &cfg_, false, 0);
+  if (split_high_) init(&for_small_high_, &small_, true, 0);
+  else init(&for_high_, &cfg_, true, 0);
 }
 
 }  // namespace preempt::sched

@@ -6,9 +6,11 @@
 // for every running job, in the variants the victim search needs.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <vector>
 
+#include "pass_state.h"
 #include "preempt/sched/policy.h"
 
 namespace preempt::sched {
@@ -54,35 +56,40 @@ double RepeatFactor(const Job& v, const PolicyOptions& config);
 // in flight (SaveInFlight) answers a checkpoint request: the preemptor waits only for its rest.
 VictimCost CostOf(const Job& v, double now, const PolicyOptions& config, bool for_high, int preemptor_gpus = 0);
 
-// One CostOf variant for the running jobs of a pass, looked up by job index (a job that is not
-// running reads as a default VictimCost). Storage is per running job, so a pass with thousands of
-// pending jobs does not pay for them.
-class CostView {
- public:
-  CostView(const std::vector<VictimCost>* dense, const std::vector<int>* slot) : dense_(dense), slot_(slot) {}
-  const VictimCost& operator[](int job) const {
-    static const VictimCost kNotRunning;
-    const int k = (*slot_)[job];
-    return k < 0 ? kNotRunning : (*dense_)[k];
-  }
-
- private:
-  const std::vector<VictimCost>* dense_;
-  const std::vector<int>* slot_;
+// One CostOf variant for the running jobs of a pass (CostView, VictimCosts): a cost per running
+// job, computed on its first lookup.
+struct CostTable {
+  const PolicyOptions* config = nullptr;
+  bool for_high = false;
+  int preemptor_gpus = 0;
+  std::vector<VictimCost> cost;  // by running position
+  std::vector<uint8_t> done;     // by running position: cost[k] is computed
 };
 
-// CostOf for every running job of one pass, in the variants the victim search needs.
+class VictimCosts;
+// One CostOf variant looked up by job index (a job that is not running reads as a default
+// VictimCost).
+class CostView {
+ public:
+  CostView(const VictimCosts* owner, CostTable* table) : owner_(owner), table_(table) {}
+  const VictimCost& operator[](int job) const;
+
+ private:
+  const VictimCosts* owner_;
+  CostTable* table_;
+};
+
+// CostOf for the running jobs of one pass, in the variants the victim search needs. Storage is
+// per running job, so a pass with thousands of pending jobs does not pay for them, and each cost
+// is computed on its first lookup, so a pass that searches a few nodes (or none) does not pay for
+// every running job either. Not thread-safe (lookups fill the tables).
 class VictimCosts {
  public:
-  VictimCosts(const ClusterState& state, const PolicyOptions& config,
-              const std::vector<std::vector<int>>& running_on);
+  VictimCosts(const ClusterState& state, const PolicyOptions& config, const RunningOn& running_on);
 
-  double lost_work_s(int job) const {  // EstimatedLostWork
-    const int k = slot_[job];
-    return k < 0 ? 0 : lost_work_s_[k];
-  }
+  double lost_work_s(int job) const;  // EstimatedLostWork (0 for a job that is not running)
   // For a preemptor below high priority (and for moved jobs).
-  CostView ordinary() const { return {&ordinary_, &slot_}; }
+  CostView ordinary() const { return {this, &ordinary_}; }
   // For a high preemptor of `gpus` GPUs: preemptors under tolerable_wait_min_gpus wait for slow
   // savers (their costs leave the tolerable-wait kills out).
   CostView for_high(int gpus) const;
@@ -91,17 +98,25 @@ class VictimCosts {
   }
 
  private:
+  friend class CostView;
+  const VictimCost& lookup(CostTable* table, int job) const;
+  void init(CostTable* table, const PolicyOptions* config, bool for_high, int preemptor_gpus) const;
+
   const ClusterState& st_;
   const PolicyOptions& cfg_;
-  std::vector<int> slot_;     // by job index: position in the vectors below, -1 when not running
+  PolicyOptions small_;       // for high preemptors under min_gpus_: no tolerable-wait kills
+  std::vector<int> slot_;     // by job index: position in the tables, -1 when not running
   std::vector<int> running_;  // by position: the job index (the inverse of slot_)
-  std::vector<double> lost_work_s_;
-  std::vector<VictimCost> ordinary_, for_high_, for_small_high_;
-  // Costs for high preemptors of at least min_gpus_ GPUs, per preemptor size, computed on first
-  // use (the kill-or-save comparison counts the preemptor's idle GPUs).
-  mutable std::map<int, std::vector<VictimCost>> for_high_by_gpus_;
+  mutable std::vector<double> lost_work_s_;
+  mutable std::vector<uint8_t> lost_done_;
+  mutable CostTable ordinary_, for_high_, for_small_high_;
+  // Costs for high preemptors of at least min_gpus_ GPUs, per preemptor size (the kill-or-save
+  // comparison counts the preemptor's idle GPUs); a table per size, made on first use.
+  mutable std::map<int, CostTable> for_high_by_gpus_;
   bool split_high_ = false;
   int min_gpus_ = 1;
 };
+
+inline const VictimCost& CostView::operator[](int job) const { return owner_->lookup(table_, job); }
 
 }  // namespace preempt::sched

@@ -81,6 +81,53 @@ TEST(SchedUnits, PassStateTracksFreeGpusAndVersions) {
   EXPECT_EQ(p.nonhigh_cap, 11);
 }
 
+// Running jobs per node in one array: every node listed (empty ones too), jobs in index order.
+TEST(SchedUnits, RunningOnListsEachNodesJobsInOrder) {
+  ClusterState st = TwoNodes();
+  st.nodes.push_back({"c", 8});
+  st.jobs.push_back(Running("low2", PriorityClass::kLow, 1, 0, 500));
+  st.jobs.push_back(Running("gone", PriorityClass::kLow, 1, 0, 500));
+  st.jobs.back().phase = JobPhase::kEvicting;  // leaving: holds GPUs, not a running job
+  const PolicyOptions defaults;
+  PassState p(st, defaults);
+  ASSERT_EQ(p.running_on.nodes(), 3);
+  EXPECT_EQ(p.running_on.total(), 3u);
+  EXPECT_EQ(std::vector<int>(p.running_on[0].begin(), p.running_on[0].end()), (std::vector<int>{0, 2}));
+  EXPECT_EQ(std::vector<int>(p.running_on[1].begin(), p.running_on[1].end()), (std::vector<int>{1}));
+  EXPECT_EQ(p.running_on[2].size(), 0u);
+  EXPECT_EQ(p.leaving_on[0], 1);
+  EXPECT_EQ(p.free(0), 4);
+}
+
+// VictimCosts computes each cost on its first lookup: the same as CostOf, in every variant, and a
+// job that is not running reads as the default.
+TEST(SchedUnits, VictimCostsLookUpWhatCostOfSays) {
+  ClusterState st = TwoNodes();
+  st.jobs[0].hints = FreshHints(900, 40, 30);  // a save slower than its grace
+  st.jobs[1].hints = FreshHints(20, 2, 30);
+  Job pending = Running("p", PriorityClass::kHigh, 1, -1, 0);
+  pending.phase = JobPhase::kPending;
+  st.jobs.push_back(pending);
+  const PolicyOptions cfg;
+  PassState p(st, cfg);
+  const VictimCosts costs(st, cfg, p.running_on);
+  PolicyOptions small = cfg;
+  small.high_tolerable_wait = TolerableWait::kOff;
+  for (int vi = 0; vi < 2; ++vi) {
+    const Job& v = st.jobs[vi];
+    for (int rep = 0; rep < 2; ++rep) {  // computed, then read back
+      EXPECT_EQ(costs.ordinary()[vi].lost_gpu_s, CostOf(v, kNow, cfg, false).lost_gpu_s);
+      EXPECT_EQ(costs.ordinary()[vi].mode, CostOf(v, kNow, cfg, false).mode);
+      EXPECT_EQ(costs.for_high(1)[vi].mode, CostOf(v, kNow, small, true).mode);
+      EXPECT_EQ(costs.for_high(8)[vi].mode, CostOf(v, kNow, cfg, true, 8).mode);
+      EXPECT_EQ(costs.for_high(8)[vi].rank_gpu_s, CostOf(v, kNow, cfg, true, 8).rank_gpu_s);
+      EXPECT_EQ(costs.lost_work_s(vi), EstimatedLostWork(v, kNow, cfg));
+    }
+  }
+  EXPECT_EQ(costs.for_high(8)[2].lost_gpu_s, 0);
+  EXPECT_EQ(costs.lost_work_s(2), 0);
+}
+
 TEST(SchedUnits, VictimCostModes) {
   PolicyOptions cfg = HintAwareNoRulesPolicy();
   Job v = Running("v", PriorityClass::kLow, 2, 0, 1000);
