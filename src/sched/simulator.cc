@@ -221,15 +221,17 @@ void Simulation::refresh_hints() {
   auto refresh = [this](Job& j) {
     if (j.phase == JobPhase::kPending) return;
     const SimJob& s = sj_[j.user];
-    if (!j.hints) j.hints.emplace();
+    if (!j.hints) {  // a new run: what stays the same while it runs
+      Hints& h = j.hints.emplace();
+      h.gpus = j.gpus;
+      h.cost.drain_s = s.t->ckpt_drain_s;
+      h.cost.stall_s = s.t->ckpt_stall_s;
+      h.cost.persist_s = s.t->ckpt_persist_s;
+      h.grace.needed_s = h.checkpoint_s();
+      h.grace.granted_s = opt_.sigterm_saves ? s.grace : 0;  // a naive job does not save on SIGTERM
+    }
     Hints& h = *j.hints;
     h.updated_unix = now_;
-    h.gpus = j.gpus;
-    h.cost.drain_s = s.t->ckpt_drain_s;
-    h.cost.stall_s = s.t->ckpt_stall_s;
-    h.cost.persist_s = s.t->ckpt_persist_s;
-    h.grace.needed_s = h.checkpoint_s();
-    h.grace.granted_s = opt_.sigterm_saves ? s.grace : 0;  // a naive job does not save on SIGTERM
     const double progress = s.progress(now_);
     const double committed = s.committed_at_progress(now_, progress);
     // GPU time of this run not yet turned into a durable commit: with no new commit since it
