@@ -46,6 +46,7 @@
 #include "preempt/sched/simulator.h"
 #include "decide_latency.h"
 #include "eval_protocol.h"
+#include "sim_scale.h"
 
 using namespace preempt;
 using namespace preempt::sched;
@@ -283,7 +284,7 @@ double SecondsFlag(const std::string& flag, const std::string& v, double lo, dou
 int main(int argc, char** argv) {
   const std::string repo = PREEMPT_SOURCE_DIR;
   std::string alibaba = repo + "/data/traces/alibaba-gpu-2023", csv_path, json_path, png_path;
-  int jobs = 2000, seeds = 1, reps = 50, sweep_seeds = 20;
+  int jobs = 2000, seeds = 1, reps = 50, sweep_seeds = 20, scale_jobs = 100000;
   // The evaluation protocol (eval_protocol.h): which sets, the policy under test, overrides.
   std::string protocol = "both", protocol_policy = "hint", policy_json;
   bool protocol_only = false, capacity = true;
@@ -356,6 +357,7 @@ int main(int argc, char** argv) {
     else if (a == "--protocol-jitter") protocol_jitter = SecondsFlag(a, next(), 0, 3600);
     else if (a == "--policy-json") policy_json = next();
     else if (a == "--jobs") jobs = static_cast<int>(WholeFlag(a, next(), 1, 10000000));
+    else if (a == "--scale-jobs") scale_jobs = static_cast<int>(WholeFlag(a, next(), 0, 10000000));
     else if (a == "--seeds") seeds = static_cast<int>(WholeFlag(a, next(), 1, 1000));
     else if (a == "--sweep-seeds") sweep_seeds = static_cast<int>(WholeFlag(a, next(), 0, 1000));
     else if (a == "--reps") reps = static_cast<int>(WholeFlag(a, next(), 1, 100000));
@@ -365,11 +367,12 @@ int main(int argc, char** argv) {
     else if (a == "--quick") {
       jobs = 500;
       reps = 10;
+      scale_jobs = 10000;
       sweep_seeds = 5;
     }
     else {
       fprintf(stderr, "usage: bench_sched [--alibaba DIR] [--alibaba-overloads X,Y] [--jobs N] [--seeds N] [--sweep-seeds N] [--reps N] [--quick] [--csv F] [--json F] "
-                      "[--png F] [--grace S] [--naive] [--policies a,b]\n"
+                      "[--png F] [--grace S] [--naive] [--policies a,b] [--scale-jobs N (0 = off)]\n"
                       "                   [--protocol tuning|development|evaluation|both|off] [--protocol-only] [--protocol-policy NAME] "
                       "[--policy-json JSON] [--no-capacity] [--protocol-jitter S]\n");
       return 2;
@@ -509,7 +512,13 @@ int main(int argc, char** argv) {
              l.median_ms < 10 ? "true" : "false");
     targets.push_back(t);
   }
-  json << "}" << protocol_json;
+  json << "}";
+  if (scale_jobs > 0) {
+    std::string scale_json;
+    bench::MeasureSimulatorScale(scale_jobs, &scale_json, &targets);
+    json << scale_json;
+  }
+  json << protocol_json;
   for (auto& t : protocol_targets) targets.push_back(t);
   json << ",\"alibaba_present\":" << (have_alibaba ? "true" : "false") << ",\"targets\":[";
   for (size_t i = 0; i < targets.size(); ++i) json << (i ? "," : "") << targets[i];
