@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "job_index.h"
+
 namespace preempt::sched {
 
 ClusterRules::ClusterRules(PassState* pass) : p_(*pass) {
@@ -93,6 +95,37 @@ bool ClusterRules::headroom_allows(const Job& j) const {
   if (p_.cfg.refill_headroom && !within_share && p_.free_sum() + p_.leaving_unclaimed - j.gpus < p_.reserve)
     ok = false;
   return ok;
+}
+
+bool ClusterRules::keeps_off_reserved_node(const Job& j, int node) {
+  const PolicyOptions& cfg = p_.cfg;
+  if (!p_.hint || cfg.reserved_nodes <= 0 || j.cls == PriorityClass::kHigh) return false;
+  if (node < 0 || p_.free(node) != p_.st.nodes[node].gpus) return false;  // not a whole free node
+  if (p_.whole_free() > cfg.reserved_nodes) return false;                 // more are free than reserved
+  if (j.gpus * FullRestoreOf(j, cfg) < cfg.reserved_nodes_min_restore_gpu_s) return false;
+  if (cfg.reserved_nodes_high_window_s > 0) {
+    const double until = last_high_submit() + cfg.reserved_nodes_high_window_s;
+    if (p_.now >= until) return false;  // no recent high demand
+    p_.recheck(until);
+  }
+  return true;
+}
+
+double ClusterRules::last_high_submit() {
+  if (last_high_known_) return last_high_submit_;
+  last_high_known_ = true;
+  const int high = static_cast<int>(PriorityClass::kHigh);
+  double t = -kInf;
+  if (p_.index) {
+    for (int i : p_.index->placed())
+      if (p_.jobs[i].cls == PriorityClass::kHigh) t = std::max(t, p_.jobs[i].submit_time);
+    for (const auto& group : p_.index->pending(high))
+      if (!group.second.empty()) t = std::max(t, group.second.rbegin()->submit);  // ordered by submit
+  } else {
+    for (const Job& x : p_.jobs)
+      if (x.cls == PriorityClass::kHigh) t = std::max(t, x.submit_time);
+  }
+  return last_high_submit_ = t;
 }
 
 }  // namespace preempt::sched

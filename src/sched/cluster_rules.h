@@ -43,6 +43,9 @@ class ClusterRules {
 
   // May non-high job j start on free GPUs now (the reserved headroom, low's share)?
   bool headroom_allows(const Job& j) const;
+  // Is `node` (where non-high job j fits) one of the whole nodes reserved for high priority
+  // (PolicyOptions::reserved_nodes) that j must stay off?
+  bool keeps_off_reserved_node(const Job& j, int node);
 
   bool low_share_blocked = false;  // the current search set a victim set aside for low's share
   bool budget_blocked = false;     // a budget refused a victim set in this pass
@@ -54,8 +57,13 @@ class ClusterRules {
     double lost_gpu_h = 0;
     double oldest = kInf;  // oldest record in the window
   };
+  // The latest submission among the high-priority jobs present (pending or placed); -inf if none.
+  double last_high_submit();
+
   PassState& p_;
   bool budget_on_ = false;
+  bool last_high_known_ = false;
+  double last_high_submit_ = -kInf;
   std::map<std::string, QueueBudget> budget_;
 };
 

@@ -88,6 +88,7 @@ class PassState {
 
   int free(int node) const { return free_[node]; }
   int free_sum() const { return free_sum_; }  // free GPUs over all nodes (negative counts as 0)
+  int whole_free() const { return whole_free_; }  // nodes with every GPU free
   // Bumped on every change of a node's free GPUs.
   int node_version(int node) const { return node_version_[node]; }
   // (free, node) of nodes with free GPUs, ascending: the first that fits is the best fit.
@@ -112,6 +113,7 @@ class PassState {
   std::set<std::pair<int, int>> by_free_;
   std::vector<int> node_version_;
   int free_sum_ = 0;
+  int whole_free_ = 0;
 };
 
 }  // namespace preempt::sched

@@ -119,7 +119,8 @@ class Placer {
     if (w == awaiting_.withdrawable.end() || w->second.empty()) return false;
     const Job& j = p_.jobs[ji];
     const int other = p_.best_fit(j.gpus);
-    if (other < 0 || other == node || !rules_.headroom_allows(j)) return false;
+    if (other < 0 || other == node || !rules_.headroom_allows(j) || rules_.keeps_off_reserved_node(j, other))
+      return false;
     // Kept when another pending job of a class above a victim's is not waiting for victims of its
     // own: the victims' GPUs would serve it, and withdrawing would only make it preempt others.
     for (int vi : w->second)
@@ -147,20 +148,32 @@ class Placer {
     return n;
   }
 
-  // Starts ji on the best-fitting free GPUs when the headroom allows. Also true when it would fit
-  // and only the reserve stops it: it waits instead of preempting lower work.
+  // Starts ji on the best-fitting free GPUs when the headroom allows (off the whole nodes reserved
+  // for high priority). Also true when it would fit and only a reserve stops it: it waits instead
+  // of preempting lower work.
   bool starts_on_free_gpus(int ji) {
     const Job& j = p_.jobs[ji];
     const int node = p_.best_fit(j.gpus);
     if (rules_.headroom_allows(j)) {
       if (node < 0) return false;
-      p_.start(ji, node, Fmt("fits on %s (%d of %d GPUs free, best fit)", p_.st.nodes[node].name.c_str(),
-                             p_.free(node), p_.st.nodes[node].gpus));
-      return true;
+      if (rules_.keeps_off_reserved_node(j, node)) {
+        // Every node as free as the best fit is a reserved whole node; one with more free GPUs
+        // may still be partly used (nodes of several sizes). Else it waits.
+        for (auto it = p_.by_free().upper_bound({p_.free(node), p_.n_nodes}); it != p_.by_free().end(); ++it)
+          if (!rules_.keeps_off_reserved_node(j, it->second)) return start_on(ji, it->second, "off the reserved nodes");
+        return true;
+      }
+      return start_on(ji, node, "best fit");
     }
     // A non-high job blocked by the headroom may still preempt lower jobs: it then only replaces
     // non-high GPUs (ClusterRules::Feasible).
     return p_.cfg.kind == PolicyKind::kFcfs || node >= 0;
+  }
+
+  bool start_on(int ji, int node, const char* how) {
+    p_.start(ji, node, Fmt("fits on %s (%d of %d GPUs free, %s)", p_.st.nodes[node].name.c_str(), p_.free(node),
+                           p_.st.nodes[node].gpus, how));
+    return true;
   }
 
   // The policy lets ji preempt now (and the pass has searches left).

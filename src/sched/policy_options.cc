@@ -290,6 +290,13 @@ std::vector<Field> MakeFields() {
                    "keep the reserved headroom free by preempting lower jobs in the background"));
   f.push_back(Number("low_guaranteed_share", "capacity", "fraction", 0, 1, "[0, 1]", &O::low_guaranteed_share,
                      "low priority may always hold this fraction; never preempted below it"));
+  f.push_back(Count("reserved_nodes", "capacity", &O::reserved_nodes,
+                    "whole nodes kept free for high priority against costly lower jobs (0 = off)"));
+  f.push_back(Number("reserved_nodes_min_restore_gpu_s", "capacity", "GPU-seconds", 0, kMaxSeconds, "[0, 1e9]",
+                     &O::reserved_nodes_min_restore_gpu_s,
+                     "a lower job is kept off the reserved nodes when GPUs x restore time is at least this"));
+  f.push_back(Seconds("reserved_nodes_high_window_s", "capacity", &O::reserved_nodes_high_window_s,
+                      "the nodes are reserved while a high job submitted this recently is present (0 = always)"));
   f.push_back(Seconds("hints_stale_s", "unknown costs", &O::hints_stale_s, "hints older than this are unknown"));
   f.push_back(Seconds("unknown_lost_work_s", "unknown costs", &O::unknown_lost_work_s,
                       "lost work assumed for a job without valid hints (never free)"));
@@ -414,6 +421,7 @@ PolicyOptions HintAwareNoRulesPolicy() {
   c.reserved_headroom = 0;
   c.refill_headroom = false;
   c.low_guaranteed_share = 0;
+  c.reserved_nodes = 0;
   c.nonhigh_preempt_delay_s = 0;
   c.defrag_max_moves = 0;
   c.repeat_victim_weight = 0;
@@ -437,7 +445,8 @@ PolicyOptions KubernetesPolicy() {
 
 const std::vector<std::string>& PolicyPresetNames() {
   static const std::vector<std::string> names = {"fcfs", "k8s",           "k8s+runtime", "hint-norules", "hint-ckpt",
-                                                 "hint", "hint-nodefrag", "hint-defrag", "hint-refill"};
+                                                 "hint", "hint-nodefrag", "hint-defrag", "hint-refill",
+                                                 "hint-noreserve"};
   return names;
 }
 
@@ -464,6 +473,8 @@ bool PolicyByName(const std::string& name, PolicyOptions* out) {
     p.defrag_max_moves = 4;
   } else if (name == "hint-refill") {
     p.refill_headroom = true;
+  } else if (name == "hint-noreserve") {  // hint without whole nodes kept for high priority
+    p.reserved_nodes = 0;
   } else {
     return false;
   }

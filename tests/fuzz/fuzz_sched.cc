@@ -187,7 +187,7 @@ void SameAsIndexed(const ClusterState& st, const PolicyOptions& p, const Decisio
 
 // Every policy on `st`: the decisions must keep CheckDecisions' rules and print.
 void DecideAll(const ClusterState& st) {
-  for (const char* name : {"fcfs", "k8s", "hint-norules", "hint", "hint-nodefrag", "hint-refill", "hint-ahead"}) {
+  for (const char* name : {"fcfs", "k8s", "hint-norules", "hint", "hint-nodefrag", "hint-refill", "hint-noreserve", "hint-ahead"}) {
     PolicyOptions p;
     if (!PolicyByName(name, &p)) {  // hint with checkpoints asked ahead of need
       p.ahead_checkpoints = 2;

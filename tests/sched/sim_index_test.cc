@@ -52,7 +52,7 @@ Trace Busy(uint64_t seed, int nodes, double load) {
 TEST(IndexedPass, SameRunAsReadingEveryJob) {
   for (uint64_t seed : {1}) {
     const Trace t = Busy(seed, 4, 1.6);
-    for (const char* name : {"fcfs", "k8s", "hint-norules", "hint-ckpt", "hint", "hint-nodefrag", "hint-refill"}) {
+    for (const char* name : {"fcfs", "k8s", "hint-norules", "hint-ckpt", "hint", "hint-nodefrag", "hint-refill", "hint-noreserve"}) {
       PolicyOptions p;
       ASSERT_TRUE(PolicyByName(name, &p));
       ExpectSameRun(t, p, std::string(name) + " seed " + std::to_string(seed));

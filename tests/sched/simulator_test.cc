@@ -42,7 +42,7 @@ SyntheticOptions Small(uint64_t seed) {
 TEST(Simulator, InvariantsHoldForEveryPolicyAndSeed) {
   for (uint64_t seed : {1, 2, 3}) {
     Trace t = SyntheticTrace(Small(seed));
-    for (const char* name : {"fcfs", "k8s", "hint-norules", "hint-ckpt", "hint", "hint-nodefrag", "hint-defrag", "k8s+runtime", "hint-refill"}) {
+    for (const char* name : {"fcfs", "k8s", "hint-norules", "hint-ckpt", "hint", "hint-nodefrag", "hint-defrag", "k8s+runtime", "hint-refill", "hint-noreserve"}) {
       PolicyOptions p;
       ASSERT_TRUE(PolicyByName(name, &p));
       SimResult r;

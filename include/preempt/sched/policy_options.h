@@ -124,6 +124,17 @@ struct PolicyOptions {
   double reserved_headroom = 0.15;  // fraction of all GPUs that only high priority may take
   bool refill_headroom = false;     // keep that fraction free: preempt lower jobs in the background
   double low_guaranteed_share = 0;  // low may always hold this fraction; never preempted below it
+  // Whole nodes kept free for high priority: a job below high priority whose restore costs at
+  // least reserved_nodes_min_restore_gpu_s (GPUs x restore time) does not start on a node with
+  // every GPU free while at most this many nodes are, and while a high-priority job submitted
+  // within reserved_nodes_high_window_s (0 = any time) is pending or running; it waits (it does
+  // not preempt instead). High jobs start there at once, so large, costly-to-evict lower jobs
+  // are not started only to be evicted for the next high arrival. Paid in their wait
+  // (docs/sched.md). 0 nodes = off. The three values were chosen on the tuning and development
+  // sets (benchmarks/sched/results/NOTES.md).
+  int reserved_nodes = 1;
+  double reserved_nodes_min_restore_gpu_s = 720;
+  double reserved_nodes_high_window_s = 3600;
 
   // --- unknown costs: what is assumed when hints do not say.
   double hints_stale_s = 300;         // hints older than this are "unknown"
