@@ -109,19 +109,9 @@ TEST(Reserve, SimulatedHighJobStartsWithoutAPreemption) {
   Trace t;
   t.name = "reserve";
   t.nodes = {{"n0", 8}, {"n1", 8}};
-  auto add = [&](const char* id, PriorityClass c, int gpus, double submit, double duration) {
-    TraceJob j;
-    j.id = id;
-    j.cls = c;
-    j.gpus = gpus;
-    j.submit = submit;
-    j.duration_s = duration;
-    j.restore_s = 100;
-    t.jobs.push_back(j);
-  };
-  add("h0", H, 1, 0, 7200);
-  add("m1", M, 8, 10, 10000);
-  add("h2", H, 8, 600, 1000);
+  // Saves of 0.2 + 0.5 + 5 s, restores of 100 s: 8 GPUs x 100 s is above the 720 GPU-s threshold.
+  t.jobs = {SimJobSpec("h0", H, 1, 0, 7200, 0.5, 5, 100), SimJobSpec("m1", M, 8, 10, 10000, 0.5, 5, 100),
+            SimJobSpec("h2", H, 8, 600, 1000, 0.5, 5, 100)};
   for (bool indexed : {true, false}) {
     SimOptions so;
     so.indexed = indexed;
