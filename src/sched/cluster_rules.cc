@@ -98,10 +98,15 @@ bool ClusterRules::headroom_allows(const Job& j) const {
 }
 
 bool ClusterRules::keeps_off_reserved_node(const Job& j, int node) {
+  if (node < 0 || p_.free(node) != p_.st.nodes[node].gpus) return false;  // not a whole free node
+  if (j.claimed_node == node) return false;                               // its victims' node
+  return reserve_binds(j);
+}
+
+bool ClusterRules::reserve_binds(const Job& j) {
   const PolicyOptions& cfg = p_.cfg;
   if (!p_.hint || cfg.reserved_nodes <= 0 || j.cls == PriorityClass::kHigh) return false;
-  if (node < 0 || p_.free(node) != p_.st.nodes[node].gpus) return false;  // not a whole free node
-  if (p_.whole_free() > cfg.reserved_nodes) return false;                 // more are free than reserved
+  if (p_.whole_free() > cfg.reserved_nodes) return false;  // more are free than reserved
   if (j.gpus * FullRestoreOf(j, cfg) < cfg.reserved_nodes_min_restore_gpu_s) return false;
   if (cfg.reserved_nodes_high_window_s > 0) {
     const double until = last_high_submit() + cfg.reserved_nodes_high_window_s;

@@ -46,6 +46,9 @@ class ClusterRules {
   // Is `node` (where non-high job j fits) one of the whole nodes reserved for high priority
   // (PolicyOptions::reserved_nodes) that j must stay off?
   bool keeps_off_reserved_node(const Job& j, int node);
+  // Does the reserve bind j now: no whole node free beyond the reserved ones, j costly to restore,
+  // high demand recent?
+  bool reserve_binds(const Job& j);
 
   bool low_share_blocked = false;  // the current search set a victim set aside for low's share
   bool budget_blocked = false;     // a budget refused a victim set in this pass

@@ -49,7 +49,7 @@ class Placer {
       : p_(*pass), rules_(*rules), awaiting_(*awaiting), search_(pass, rules, costs), mover_(pass, rules, costs) {}
 
   void place(int ji) {
-    if (waits(ji) || starts_on_free_gpus(ji) || !may_preempt(ji)) return;
+    if (waits(ji) || starts_on_free_gpus(ji) || stays_off_reserve(ji) || !may_preempt(ji)) return;
     Choice best;
     WaitCause why = WaitCause::kOther;
     if (search_.find(ji, &best, &why)) {
@@ -168,6 +168,14 @@ class Placer {
     // A non-high job blocked by the headroom may still preempt lower jobs: it then only replaces
     // non-high GPUs (ClusterRules::Feasible).
     return p_.cfg.kind == PolicyKind::kFcfs || node >= 0;
+  }
+
+  // A lower job the reserve binds (PolicyOptions::reserved_nodes) waits: it does not preempt
+  // either, since evicting cheap jobs for it would leave the next high arrival a costly victim.
+  bool stays_off_reserve(int ji) {
+    if (!rules_.reserve_binds(p_.jobs[ji])) return false;
+    p_.block(ji, WaitCause::kOther);
+    return true;
   }
 
   bool start_on(int ji, int node, const char* how) {
@@ -326,7 +334,7 @@ Decisions DecideWith(const ClusterState& st, const JobIndex* index, const Policy
   PassState pass(st, cfg, index);
   const Awaiting awaiting = EvictCheckpointedVictims(&pass);
   ClusterRules rules(&pass);
-  const VictimCosts costs(st, cfg, pass.running_on);
+  const VictimCosts costs(st, cfg, pass.running_on, HighWaitAtRisk(st, index, cfg));
   SuspendInWindow(&pass, costs);
   Placer placer(&pass, &rules, &costs, &awaiting);
   if (index) {

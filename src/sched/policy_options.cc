@@ -270,6 +270,18 @@ std::vector<Field> MakeFields() {
                       "a too-slow saver with more uncommitted work than this saves anyway (0 = no limit)"));
   f.push_back(Count("tolerable_wait_min_gpus", "tolerable wait", &O::tolerable_wait_min_gpus,
                     "the tolerable wait applies to high preemptors of at least this many GPUs"));
+  f.push_back(Seconds("high_wait_guard_s", "high-wait guard", &O::high_wait_guard_s,
+                      "the high-priority first-start wait the guard defends (0 = off)"));
+  f.push_back(Number("high_wait_guard_fraction", "high-wait guard", "fraction", 0, 1, "[0, 1]",
+                     &O::high_wait_guard_fraction,
+                     "at risk when one more late start would put more than this fraction of recent first starts late"));
+  f.push_back(Number("high_wait_guard_hopeless_fraction", "high-wait guard", "fraction", 0, 1, "[0, 1]",
+                     &O::high_wait_guard_hopeless_fraction,
+                     "not at risk when more than this fraction are late already (the target is lost)"));
+  f.push_back(Number("high_wait_guard_window_s", "high-wait guard", "seconds", 1, 7 * 86400.0, "[1, 604800]",
+                     &O::high_wait_guard_window_s, "first starts this recent count"));
+  f.push_back(Count("high_wait_guard_min_jobs", "high-wait guard", &O::high_wait_guard_min_jobs,
+                    "the guard acts only once this many first starts and pending high jobs are counted"));
   f.push_back(Seconds("min_runtime_s", "anti-thrashing", &O::min_runtime_s,
                       "not a victim before running this long since it (re)started"));
   f.push_back(Seconds("min_runtime_per_preemption_s", "anti-thrashing", &O::min_runtime_per_preemption_s,
@@ -426,6 +438,7 @@ PolicyOptions HintAwareNoRulesPolicy() {
   c.defrag_max_moves = 0;
   c.repeat_victim_weight = 0;
   c.ahead_checkpoints = 0;
+  c.high_wait_guard_s = 0;
   return c;
 }
 
@@ -446,7 +459,7 @@ PolicyOptions KubernetesPolicy() {
 const std::vector<std::string>& PolicyPresetNames() {
   static const std::vector<std::string> names = {"fcfs", "k8s",           "k8s+runtime", "hint-norules", "hint-ckpt",
                                                  "hint", "hint-nodefrag", "hint-defrag", "hint-refill",
-                                                 "hint-noreserve"};
+                                                 "hint-noreserve", "hint-noguard"};
   return names;
 }
 
@@ -471,10 +484,13 @@ bool PolicyByName(const std::string& name, PolicyOptions* out) {
     p.defrag_max_moves = 0;
   } else if (name == "hint-defrag") {  // hint with moves of up to 4 smaller high jobs
     p.defrag_max_moves = 4;
-  } else if (name == "hint-refill") {
+  } else if (name == "hint-refill") {  // keep 15 % of the GPUs free for high priority, refilled in the background
+    p.reserved_headroom = 0.15;
     p.refill_headroom = true;
   } else if (name == "hint-noreserve") {  // hint without whole nodes kept for high priority
     p.reserved_nodes = 0;
+  } else if (name == "hint-noguard") {  // hint without the high-wait guard
+    p.high_wait_guard_s = 0;
   } else {
     return false;
   }

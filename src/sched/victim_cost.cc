@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "job_index.h"
+
 namespace preempt::sched {
 
 double FullRestoreOf(const Job& j, const PolicyOptions& c) { return j.restore_s >= 0 ? j.restore_s : c.restore_s; }
@@ -35,7 +37,8 @@ double RepeatFactor(const Job& v, const PolicyOptions& c) {
   return 1 + c.repeat_victim_weight * (v.preemptions + v.moves);
 }
 
-VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_high, int preemptor_gpus) {
+VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_high, int preemptor_gpus,
+                  bool high_wait_at_risk) {
   VictimCost out;
   double lost = EstimatedLostWork(v, now, c);
   bool fresh = HintsFresh(v, now, c);
@@ -66,7 +69,8 @@ VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_hig
     const int idle_gpus = std::max(0, preemptor_gpus - v.gpus);
     bool too_slow = for_high && tolerable > 0 && save_wait > tolerable &&
                     (c.tolerable_kill_max_lost_s <= 0 || lost <= c.tolerable_kill_max_lost_s) &&
-                    (preemptor_gpus <= 0 || v.gpus * lost <= v.gpus * save_lost + idle_gpus * save_wait);
+                    (preemptor_gpus <= 0 || high_wait_at_risk ||
+                     v.gpus * lost <= v.gpus * save_lost + idle_gpus * save_wait);
     if (too_slow) sig_ok = ckpt_ok = false;
     if (for_high && c.kill_now_max_lost_s > 0 && lost <= c.kill_now_max_lost_s) {
       out.mode = EvictionMode::kKillSmall;
@@ -93,6 +97,7 @@ void VictimCosts::init(CostTable* t, const PolicyOptions* config, bool for_high,
   t->config = config;
   t->for_high = for_high;
   t->preemptor_gpus = preemptor_gpus;
+  t->high_wait_at_risk = for_high && preemptor_gpus > 0 && high_wait_at_risk_;
   t->cost.clear();  // sized on its first lookup
   t->done.clear();
 }
@@ -106,7 +111,7 @@ const VictimCost& VictimCosts::lookup(CostTable* t, int job) const {
     t->done.assign(running_.size(), 0);
   }
   if (!t->done[k]) {
-    if (cfg_.kind != PolicyKind::kFcfs) t->cost[k] = CostOf(st_.jobs[job], st_.now, *t->config, t->for_high, t->preemptor_gpus);
+    if (cfg_.kind != PolicyKind::kFcfs) t->cost[k] = CostOf(st_.jobs[job], st_.now, *t->config, t->for_high, t->preemptor_gpus, t->high_wait_at_risk);
     t->done[k] = 1;
   }
   return t->cost[k];
@@ -132,8 +137,9 @@ CostView VictimCosts::for_high(int gpus) const {
   return {this, &t};
 }
 
-VictimCosts::VictimCosts(const ClusterState& st, const PolicyOptions& cfg, const RunningOn& running_on)
-    : st_(st), cfg_(cfg), small_(cfg), slot_(st.jobs.size(), -1) {
+VictimCosts::VictimCosts(const ClusterState& st, const PolicyOptions& cfg, const RunningOn& running_on,
+                         bool high_wait_at_risk)
+    : st_(st), cfg_(cfg), small_(cfg), slot_(st.jobs.size(), -1), high_wait_at_risk_(high_wait_at_risk) {
   // With a tolerable wait, high preemptors' costs depend on their size (for_high()).
   split_high_ = cfg.kind == PolicyKind::kHintAware && cfg.high_tolerable_wait != TolerableWait::kOff;
   min_gpus_ = std::max(1, cfg.tolerable_wait_min_gpus);
@@ -150,6 +156,35 @@ VictimCosts::VictimCosts(const ClusterState& st, const PolicyOptions& cfg, const
   init(&ordinary_, &cfg_, false, 0);
   if (split_high_) init(&for_small_high_, &small_, true, 0);
   else init(&for_high_, &cfg_, true, 0);
+}
+
+}  // namespace preempt::sched
+
+namespace preempt::sched {
+
+bool HighWaitAtRisk(const ClusterState& st, const JobIndex* index, const PolicyOptions& c) {
+  if (c.kind != PolicyKind::kHintAware || c.high_wait_guard_s <= 0 || c.high_tolerable_wait == TolerableWait::kOff)
+    return false;
+  int n = 0, late = 0;
+  const double since = st.now - c.high_wait_guard_window_s;
+  for (auto it = st.high_starts.rbegin(); it != st.high_starts.rend() && it->time >= since; ++it) {
+    n++;
+    late += it->wait_s > c.high_wait_guard_s;
+  }
+  // High jobs still waiting for their first start count with the wait so far.
+  auto count_pending = [&](const Job& j) {
+    if (j.cls != PriorityClass::kHigh || j.phase != JobPhase::kPending || j.preemptions > 0 || j.moves > 0) return;
+    n++;
+    late += st.now - j.submit_time > c.high_wait_guard_s;
+  };
+  if (index) {
+    for (const auto& group : index->pending(static_cast<int>(PriorityClass::kHigh)))
+      for (const PendingKey& k : group.second) count_pending(st.jobs[k.index]);
+  } else {
+    for (const Job& j : st.jobs) count_pending(j);
+  }
+  return n >= c.high_wait_guard_min_jobs && late + 1 > c.high_wait_guard_fraction * n &&
+         late <= c.high_wait_guard_hopeless_fraction * n;
 }
 
 }  // namespace preempt::sched

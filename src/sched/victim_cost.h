@@ -54,7 +54,16 @@ double RepeatFactor(const Job& v, const PolicyOptions& config);
 // worth more). The victim's own GPUs are not idle while it saves: what they do then is save_lost
 // already, so only the preemptor's GPUs beyond the victim's count. With ahead checkpoints on, a save
 // in flight (SaveInFlight) answers a checkpoint request: the preemptor waits only for its rest.
-VictimCost CostOf(const Job& v, double now, const PolicyOptions& config, bool for_high, int preemptor_gpus = 0);
+// `high_wait_at_risk` (HighWaitAtRisk, for a high preemptor with preemptor_gpus > 0): the too-slow
+// saver is killed without that comparison.
+VictimCost CostOf(const Job& v, double now, const PolicyOptions& config, bool for_high, int preemptor_gpus = 0,
+                  bool high_wait_at_risk = false);
+
+class JobIndex;
+// The high-wait guard (PolicyOptions::high_wait_guard_s): are the high-priority first starts of
+// the guard's window (ClusterState::high_starts), with the pending high jobs that never started,
+// at risk of missing the wait target? `index` (may be null) lists the pending jobs.
+bool HighWaitAtRisk(const ClusterState& state, const JobIndex* index, const PolicyOptions& config);
 
 // One CostOf variant for the running jobs of a pass (CostView, VictimCosts): a cost per running
 // job, computed on its first lookup.
@@ -62,6 +71,7 @@ struct CostTable {
   const PolicyOptions* config = nullptr;
   bool for_high = false;
   int preemptor_gpus = 0;
+  bool high_wait_at_risk = false;
   std::vector<VictimCost> cost;  // by running position
   std::vector<uint8_t> done;     // by running position: cost[k] is computed
 };
@@ -85,7 +95,9 @@ class CostView {
 // every running job either. Not thread-safe (lookups fill the tables).
 class VictimCosts {
  public:
-  VictimCosts(const ClusterState& state, const PolicyOptions& config, const RunningOn& running_on);
+  // `high_wait_at_risk`: HighWaitAtRisk for this pass (costs for high preemptors follow it).
+  VictimCosts(const ClusterState& state, const PolicyOptions& config, const RunningOn& running_on,
+              bool high_wait_at_risk = false);
 
   double lost_work_s(int job) const;  // EstimatedLostWork (0 for a job that is not running)
   // For a preemptor below high priority (and for moved jobs).
@@ -115,6 +127,7 @@ class VictimCosts {
   mutable std::map<int, CostTable> for_high_by_gpus_;
   bool split_high_ = false;
   int min_gpus_ = 1;
+  bool high_wait_at_risk_ = false;
 };
 
 inline const VictimCost& CostView::operator[](int job) const { return owner_->lookup(table_, job); }

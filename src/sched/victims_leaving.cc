@@ -26,6 +26,11 @@ Awaiting EvictCheckpointedVictims(PassState* pass) {
     for (int i = 0; !leaving.empty() && i < static_cast<int>(jobs.size()); ++i)
       if (jobs[i].phase == JobPhase::kPending) index_of.emplace(jobs[i].id, i);
   }
+  // Jobs being moved (leaving their node for a high job, to restart on move_to): victims evicted
+  // on their destination are still awaited, though their preemptor is not pending yet.
+  std::unordered_set<std::string> moving;
+  for (int i : leaving)
+    if (jobs[i].move_to >= 0) moving.insert(jobs[i].id);
   auto pending_index = [&](const std::string& id) {
     if (p.index) {
       const int k = p.index->find(id);
@@ -57,9 +62,10 @@ Awaiting EvictCheckpointedVictims(PassState* pass) {
     // Its preemptor is no longer pending (started elsewhere, e.g. by a cluster scheduler that
     // starts jobs itself, or left): evicting it, even after its commit, would free GPUs nobody was
     // promised. Withdrawn; a later pass may choose it again, cheaply right after that commit. (A
-    // victim without a preemptor frees headroom, and a moved job restarts on the GPUs held for it:
-    // both leave as planned.)
-    if (for_index < 0 && !v.preemptor.empty() && v.move_to < 0) {
+    // victim without a preemptor frees headroom, a moved job restarts on the GPUs held for it, and
+    // a victim making room for a job still on its way off another node is awaited by it: all
+    // leave as planned.)
+    if (for_index < 0 && !v.preemptor.empty() && v.move_to < 0 && !moving.count(v.preemptor)) {
       p.withdraw(i, v.preemptor, -1,
                  Fmt("not evicted after all: %s no longer waits (started elsewhere or left); keeps running",
                      v.preemptor.c_str()));

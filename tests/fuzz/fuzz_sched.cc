@@ -9,6 +9,7 @@
 // The first byte picks the input — 's' snapshot, 'k' pod list, 'h' hints, 'q' request, 'p'
 // policy, 't' trace, 'r' run spec, 'd' state (the seed files in tests/fuzz/corpus-sched start so);
 // any other byte by its value mod 5 — and the rest is the text.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -109,6 +110,17 @@ ClusterState StateFromBytes(Bytes& b) {
   }
   for (int k = static_cast<int>(b.below(4)); k > 0; --k)
     st.history.push_back({st.now - b.real(7200), "q" + std::to_string(b.below(3)), b.real(2)});
+  // High-priority first starts for the high-wait guard: 0, 60, 120 or 180 of them, oldest first,
+  // some late, so that its gate opens on some inputs.
+  const int starts = 60 * static_cast<int>(b.below(4));
+  double t = st.now - 90000;
+  for (int k = 0; k < starts; ++k) {
+    t = std::min(st.now, t + b.real(1000));
+    st.high_starts.push_back({t, b.real(60)});
+  }
+  // A pending job may hold a claim on a node its victims left (Job::claimed_node).
+  for (Job& j : st.jobs)
+    if (j.phase == JobPhase::kPending && (b.u8() & 1)) j.claimed_node = static_cast<int>(b.below(nodes));
   return st;
 }
 

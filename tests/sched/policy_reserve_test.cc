@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "policy_test_support.h"
+#include "preempt/sched/executor.h"
 #include "preempt/sched/policy.h"
 #include "preempt/sched/policy_options.h"
 #include "preempt/sched/simulator.h"
@@ -50,8 +51,92 @@ TEST(Reserve, KeepsCostlyLowerJobsOffTheLastWholeNode) {
     EXPECT_EQ(find(d, "med1") != nullptr, c.reserved_nodes < 2) << c.name << Dump(d);
     EXPECT_EQ(find(d, "med2") != nullptr, c.second_starts) << c.name << Dump(d);
     for (const JobAction& a : d.actions) EXPECT_EQ(a.kind, ActionKind::kStart) << c.name << Dump(d);  // never preempts
-    if (!c.second_starts) EXPECT_DOUBLE_EQ(d.recheck_at, kNow - c.high_ago + 3600) << c.name;  // the reserve lapses
+    if (!c.second_starts) {
+      EXPECT_DOUBLE_EQ(d.recheck_at, kNow - c.high_ago + 3600) << c.name;  // the reserve lapses
+    }
   }
+}
+
+// A lower job the reserve binds does not preempt instead: evicting cheap jobs for it would only
+// put a costly victim where the next high arrival needs room. Three 8-GPU nodes: n0 holds a high
+// job and a cheap low job, n1 a cheap low job; an 8-GPU medium job waits.
+TEST(Reserve, BoundLowerJobsWaitInsteadOfPreempting) {
+  struct Case {
+    const char* name;
+    double restore_s, high_ago;
+    bool n2_busy;  // a 1-GPU low job on n2: no whole node free at all
+    int reserved_nodes;
+    const char* outcome;  // "waits" | "starts" (on n2) | "preempts"
+  };
+  const Case cases[] = {
+      {"bound, n2 the last whole node: waits", 100, 600, false, 1, "waits"},
+      {"bound, no whole node free: still waits", 100, 600, true, 1, "waits"},
+      {"cheap to restore: starts on n2", 80, 600, false, 1, "starts"},
+      {"no recent high job: starts on n2", 100, 4000, false, 1, "starts"},
+      {"reserve off, no whole node free: preempts", 100, 600, true, 0, "preempts"},
+  };
+  for (const Case& c : cases) {
+    B b({8, 8, 8});
+    b.run("high", H, 1, 0, 100, MakeHints(10)).submit_time = kNow - c.high_ago;
+    b.run("low0", L, 7, 0, 3600, MakeHints(5));
+    b.run("low1", L, 8, 1, 3600, MakeHints(5));
+    if (c.n2_busy) b.run("low2", L, 1, 2, 3600, MakeHints(5));
+    b.pend("med", M, 8, 50).restore_s = c.restore_s;
+    PolicyOptions p = Reserve();
+    p.reserved_nodes = c.reserved_nodes;
+    Decisions d = Decide(b.st, p);
+    const JobAction* med = find(d, "med");
+    bool evicts = false;
+    for (const JobAction& a : d.actions) evicts |= a.kind == ActionKind::kEvict || a.kind == ActionKind::kRequestCheckpoint;
+    const std::string outcome = evicts ? "preempts" : med ? "starts" : "waits";
+    EXPECT_EQ(outcome, c.outcome) << c.name << "\n" << Dump(d);
+    if (med) {
+      EXPECT_EQ(med->node, 2) << c.name;
+    }
+  }
+}
+
+// The victims a lower job evicted leave a whole node: the reserve does not keep their preemptor
+// off it (ApplyDecision records the claim on the preemptor), though another lower job stays off.
+TEST(Reserve, APreemptorTakesTheNodeItsVictimsLeft) {
+  B b({8, 8});
+  b.run("high", H, 1, 0, 100, MakeHints(10));
+  b.run("low", L, 8, 1, 3600, MakeHints(5));
+  b.pend("med", M, 8, 50).restore_s = 100;
+  b.pend("other", M, 8, 60).restore_s = 100;
+  JobAction evict;
+  evict.kind = ActionKind::kEvict;
+  evict.job_index = 1;
+  evict.node = 1;
+  evict.for_job = "med";
+  evict.for_index = 2;
+  ApplyDecision(evict, kNow, 0, &b.st);
+  EXPECT_EQ(b.st.jobs[2].claimed_node, 1);
+  EXPECT_EQ(b.st.jobs[3].claimed_node, -1);
+  RequeueAfterExit(kNow, &b.st.jobs[1]);
+  Decisions d = Decide(b.st, Reserve());
+  const JobAction* med = find(d, "med");
+  ASSERT_NE(med, nullptr) << Dump(d);
+  EXPECT_EQ(med->node, 1);
+  EXPECT_EQ(find(d, "other"), nullptr) << Dump(d);  // older, but n1 was not made for it
+  JobAction start = *med;
+  ApplyDecision(start, kNow, 0, &b.st);
+  EXPECT_EQ(b.st.jobs[2].claimed_node, -1);  // cleared once started
+  // A move (to_node set) or an action for another job claims nothing.
+  B m({8, 8});
+  m.run("v", L, 8, 1, 3600, MakeHints(5));
+  m.pend("p", M, 8, 50);
+  evict.job_index = 0;
+  evict.for_index = 1;
+  evict.to_node = 0;
+  ApplyDecision(evict, kNow, 0, &m.st);
+  EXPECT_EQ(m.st.jobs[1].claimed_node, -1);
+  m.run("w", L, 8, 0, 3600, MakeHints(5));
+  evict.job_index = 2;
+  evict.to_node = -1;
+  evict.for_job = "someone-else";
+  ApplyDecision(evict, kNow, 0, &m.st);
+  EXPECT_EQ(m.st.jobs[1].claimed_node, -1);
 }
 
 TEST(Reserve, HighJobsTakeTheReservedNodeAtOnce) {

@@ -23,7 +23,13 @@ TEST(Policy, Names) {
   EXPECT_EQ(d.priority_value[2], 1000000);
   EXPECT_EQ(d.priority_value[1], 100);
   EXPECT_EQ(d.priority_value[0], 1);
-  EXPECT_DOUBLE_EQ(d.reserved_headroom, 0.15);
+  EXPECT_DOUBLE_EQ(d.reserved_headroom, 0);
+  EXPECT_EQ(d.reserved_nodes, 1);
+  EXPECT_DOUBLE_EQ(d.high_wait_guard_s, 30);
+  PolicyOptions refill;
+  ASSERT_TRUE(PolicyByName("hint-refill", &refill));
+  EXPECT_DOUBLE_EQ(refill.reserved_headroom, 0.15);
+  EXPECT_TRUE(refill.refill_headroom);
 }
 
 TEST(Policy, StartsBestFitInPriorityOrder) {

@@ -68,6 +68,63 @@ TEST(Policy, WithdrawnEvictionTable) {
   }
 }
 
+// A victim checkpointing to make room for a job that is itself being moved (still evicting on its
+// old node, restarting on the victim's node) is awaited by that job though it is not pending:
+// not withdrawn. (Withdrawn, the moved job found its place gone and restarted elsewhere.)
+TEST(Policy, VictimForAJobOnItsWayIsNotWithdrawn) {
+  B b({4, 4});
+  Job& v = b.run("v", L, 1, 1, 3600, MakeHints(400, 100));
+  v.phase = JobPhase::kCheckpointing;
+  v.request_id = 3;
+  v.request_time = kNow - 20;
+  v.preemptor = "moved";
+  Job& m = b.run("moved", H, 4, 0, 600, MakeHints(10));
+  m.phase = JobPhase::kEvicting;
+  m.move_to = 1;
+  m.preemptor = "big";
+  b.run("h1", H, 3, 1, 600, MakeHints(10));
+  b.pend("big", H, 4, 20);
+  Decisions d = Decide(b.st, Hint());
+  EXPECT_EQ(find(d, "v"), nullptr) << Dump(d);  // still checkpointing, still promised
+  // Once its commit is durable it is evicted for the moved job.
+  b.st.jobs[0].hints->request_ack = 3;
+  d = Decide(b.st, Hint());
+  const JobAction* av = find(d, "v");
+  ASSERT_NE(av, nullptr) << Dump(d);
+  EXPECT_EQ(av->kind, ActionKind::kEvict) << Dump(d);
+  EXPECT_EQ(av->for_job, "moved");
+  // A victim whose preemptor is gone altogether is still withdrawn.
+  b.st.jobs[0].hints->request_ack = 0;
+  b.st.jobs[1].id = "someone";
+  d = Decide(b.st, Hint());
+  av = find(d, "v");
+  ASSERT_NE(av, nullptr) << Dump(d);
+  EXPECT_EQ(av->kind, ActionKind::kWithdraw) << Dump(d);
+}
+
+// In the simulator, with moves on: no moved job restarts off the node it was moved to (the
+// simulator reports that as a violation), with and without the job index.
+TEST(Simulator, MovedJobsRestartWhereTheyWereMoved) {
+  SyntheticOptions o;
+  o.jobs = 300;
+  o.nodes = 4;
+  o.gpus_per_node = 8;
+  o.load = 1.3;
+  PolicyOptions p;
+  ASSERT_TRUE(PolicyByName("hint-defrag", &p));
+  for (uint64_t seed : {1, 2, 3, 4, 5, 6}) {
+    o.seed = seed;
+    const Trace t = SyntheticTrace(o);
+    for (bool indexed : {true, false}) {
+      SimOptions so;
+      so.indexed = indexed;
+      SimResult r;
+      ASSERT_TRUE(Simulate(t, p, so, &r).ok());
+      EXPECT_TRUE(r.violations.empty()) << seed << " " << indexed << ": " << r.violations[0];
+    }
+  }
+}
+
 // After a withdrawal the job is running again, promised to nobody; nothing is sent to it.
 TEST(Policy, WithdrawMakesTheVictimRunningAgain) {
   B b({1, 1});

@@ -61,8 +61,9 @@ TEST(SchedUnits, TakeUntilFreedDropsUnneededVictims) {
 
 TEST(SchedUnits, PassStateTracksFreeGpusAndVersions) {
   ClusterState st = TwoNodes();
-  const PolicyOptions defaults;
-  PassState p(st, defaults);
+  PolicyOptions headroom;
+  headroom.reserved_headroom = 0.15;
+  PassState p(st, headroom);
   EXPECT_EQ(p.free(0), 6);
   EXPECT_EQ(p.free(1), 0);
   EXPECT_EQ(p.free_sum(), 6);

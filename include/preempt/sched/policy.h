@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <optional>
 #include <string>
@@ -53,6 +54,11 @@ struct Job {
   int move_to = -1;
   double last_moved = -std::numeric_limits<double>::infinity();
   int moves = 0;
+  // A pending job for which victims were evicted: the node they leave (-1 none). The whole nodes
+  // kept free for high priority (PolicyOptions::reserved_nodes) do not keep it off that node once
+  // they are gone: it made that room itself, and the reserve is no smaller than before. Set by
+  // ApplyDecision (executor.h), cleared when the job starts.
+  int claimed_node = -1;
   // Hints as last read; nullopt = none/unreadable. hints_time is the time they describe
   // (updated_unix); lost work is extrapolated from it.
   std::optional<Hints> hints;
@@ -95,11 +101,23 @@ struct PreemptionRecord {  // history for the per-queue budget
   double lost_gpu_hours = 0;
 };
 
+// A high-priority job's first start: when, and how long it had waited since it was submitted.
+struct HighStartRecord {
+  double time = 0;
+  double wait_s = 0;
+};
+// The longest PolicyOptions::high_wait_guard_window_s; ApplyDecision forgets older first starts.
+inline constexpr double kHighStartLogSpanS = 7 * 86400.0;
+
 struct ClusterState {
   double now = 0;                      // same clock as hints' unix times (the simulator's clock in simulation)
   std::vector<Node> nodes;
   std::vector<Job> jobs;
   std::vector<PreemptionRecord> history;  // may include records older than the window
+  // First starts of high-priority jobs (a job never preempted or moved before), oldest first, for
+  // the high-wait guard (PolicyOptions::high_wait_guard_s). Appended by ApplyDecision, which drops
+  // those older than kHighStartLogSpanS; a state built from scratch (`plan`) has none.
+  std::deque<HighStartRecord> high_starts;
 };
 
 enum class ActionKind {

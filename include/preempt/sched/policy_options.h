@@ -103,6 +103,22 @@ struct PolicyOptions {
   // GPUs waits for the slowest save while the GPUs already freed sit idle for it.
   int tolerable_wait_min_gpus = 2;
 
+  // --- high-wait guard: while the high-priority jobs' first starts (ClusterState::high_starts, of
+  // the last high_wait_guard_window_s, with the pending high jobs that never started) are at risk
+  // of missing the wait target, a too-slow saver for a high preemptor is killed whenever the
+  // tolerable-wait rule allows it (uncommitted work <= tolerable_kill_max_lost_s), without the
+  // comparison against the save's own loss and the preemptor's idle GPUs. At risk: at least
+  // high_wait_guard_min_jobs counted, and one more late start (waited more than high_wait_guard_s)
+  // would put more than high_wait_guard_fraction of them late, while no more than
+  // high_wait_guard_hopeless_fraction are late already (past that the target is lost for this
+  // window and kills would not bring it back). Wait first, pay lost work only when the p95 is in
+  // danger. 0 s = off. Chosen on the tuning and development sets (benchmarks/sched/results/NOTES.md).
+  double high_wait_guard_s = 30;
+  double high_wait_guard_fraction = 0.04;
+  double high_wait_guard_hopeless_fraction = 0.1;
+  double high_wait_guard_window_s = 86400;  // at most kHighStartLogSpanS (7 days)
+  int high_wait_guard_min_jobs = 100;
+
   // --- anti-thrashing and anti-starvation.
   double min_runtime_s = 300;  // not a victim before running this long since it (re)started
   // ... plus this much for each earlier preemption or move of it (serial victims get longer runs).
@@ -121,7 +137,10 @@ struct PolicyOptions {
   double budget_max_lost_gpu_hours = 0;  // estimated lost GPU-hours per queue per window (0 = unlimited)
 
   // --- capacity.
-  double reserved_headroom = 0.15;  // fraction of all GPUs that only high priority may take
+  // Fraction of all GPUs that only high priority may take. 0 by default: the whole nodes below
+  // (reserved_nodes) keep room for high arrivals where it matters, and a fraction of GPUs held back
+  // from lower jobs starved them on the development set (benchmarks/sched/results/NOTES.md).
+  double reserved_headroom = 0;
   bool refill_headroom = false;     // keep that fraction free: preempt lower jobs in the background
   double low_guaranteed_share = 0;  // low may always hold this fraction; never preempted below it
   // Whole nodes kept free for high priority: a job below high priority whose restore costs at
