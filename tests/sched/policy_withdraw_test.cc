@@ -2,6 +2,8 @@
 // that job fits on GPUs freed elsewhere before the victim has committed.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "policy_test_support.h"
 #include "preempt/sched/executor.h"
 #include "preempt/sched/policy.h"
@@ -11,6 +13,17 @@ namespace preempt::sched {
 namespace {
 
 using namespace policy_testing;
+
+// A 1-GPU low job "v" on `node`, asked `asked_ago` s ago (request 3) to checkpoint for `preemptor`.
+Job& CheckpointingVictim(B* b, int node, const std::string& preemptor, double asked_ago = 20,
+                         Hints hints = MakeHints(400, 100)) {
+  Job& v = b->run("v", L, 1, node, 3600, hints);
+  v.phase = JobPhase::kCheckpointing;
+  v.request_id = 3;
+  v.request_time = kNow - asked_ago;
+  v.preemptor = preemptor;
+  return v;
+}
 
 // One victim "v" on n0 checkpointing for the pending high job "h"; n1 free or not.
 TEST(Policy, WithdrawnEvictionTable) {
@@ -37,11 +50,7 @@ TEST(Policy, WithdrawnEvictionTable) {
     B b({1, 1});
     Hints hv = MakeHints(400, 100);
     hv.request_ack = c.acked ? 3 : 0;
-    Job& v = b.run("v", L, 1, 0, 3600, hv);
-    v.phase = JobPhase::kCheckpointing;
-    v.request_id = 3;
-    v.request_time = kNow - (c.past_deadline ? 400 : 20);
-    v.preemptor = "h";
+    Job& v = CheckpointingVictim(&b, 0, "h", c.past_deadline ? 400 : 20, hv);
     if (c.moved) v.move_to = 1;
     if (!c.n1_free) b.run("other", H, 1, 1, 3600, MakeHints(10));
     b.pend("h", H, 1, 20);
@@ -73,11 +82,7 @@ TEST(Policy, WithdrawnEvictionTable) {
 // not withdrawn. (Withdrawn, the moved job found its place gone and restarted elsewhere.)
 TEST(Policy, VictimForAJobOnItsWayIsNotWithdrawn) {
   B b({4, 4});
-  Job& v = b.run("v", L, 1, 1, 3600, MakeHints(400, 100));
-  v.phase = JobPhase::kCheckpointing;
-  v.request_id = 3;
-  v.request_time = kNow - 20;
-  v.preemptor = "moved";
+  CheckpointingVictim(&b, 1, "moved");
   Job& m = b.run("moved", H, 4, 0, 600, MakeHints(10));
   m.phase = JobPhase::kEvicting;
   m.move_to = 1;
@@ -128,11 +133,7 @@ TEST(Simulator, MovedJobsRestartWhereTheyWereMoved) {
 // After a withdrawal the job is running again, promised to nobody; nothing is sent to it.
 TEST(Policy, WithdrawMakesTheVictimRunningAgain) {
   B b({1, 1});
-  Job& v = b.run("v", L, 1, 0, 3600, MakeHints(400, 100));
-  v.phase = JobPhase::kCheckpointing;
-  v.request_id = 3;
-  v.request_time = kNow - 20;
-  v.preemptor = "h";
+  CheckpointingVictim(&b, 0, "h");
   b.pend("h", H, 1, 20);
   Decisions d = Decide(b.st, Hint());
   int64_t next_request = 3;
