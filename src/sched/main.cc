@@ -42,8 +42,9 @@ const char kUsage[] =
     "(the same order, grace sized from each victim's hints), hint-norules (hint-aware victims +\n"
     "checkpoint-then-evict, no rules), hint (all rules on), hint-defrag (hint with moves of small high\n"
     "jobs), hint-nodefrag (= hint), hint-ckpt (hint, every victim checkpoints on\n"
-    "request), hint-refill (hint + keep the reserved headroom free by background checkpoint-then-evict),\n"
-    "hint-noreserve (hint without the whole node kept for high priority).\n"
+    "request), hint-refill (hint + 15 % of the GPUs kept free by background checkpoint-then-evict),\n"
+    "hint-noreserve (hint without the whole node kept for high priority), hint-noguard (hint without\n"
+    "the high-wait guard).\n"
     "--naive: victims exit at once on SIGTERM (no save); --grace: terminationGracePeriodSeconds;\n"
     "--restart-delay: a preempted job is back in the queue S s after its GPUs are free (SLURM: ~cred_expire + 1).\n"
     "--json OUT.json: every metric per policy and its bill; --capacity-p95 S: fewest nodes keeping the high p95 wait <= S.\n";

@@ -81,7 +81,7 @@ TEST(HighWaitGuard, AtRiskWhenOneMoreLateStartWouldPassTheFraction) {
   EXPECT_FALSE(HighWaitAtRisk(p.st, nullptr, Guard()));
 }
 
-// The victim of TEST(Policy, EvictionModes)'s "preemptor no larger than the victim" case: its save
+// The victim of TEST(Policy, VictimEvictionModeTable)'s "preemptor no larger than the victim" case: its save
 // (~100 s) outlasts its 10 s grace, but no GPU would sit idle while the 1-GPU preemptor waits and
 // 150 s uncommitted is worth more than the save loses, so it saves. While the guard is at risk it
 // is killed instead; with more uncommitted work than tolerable_kill_max_lost_s it still saves.
