@@ -49,7 +49,7 @@ class Placer {
       : p_(*pass), rules_(*rules), awaiting_(*awaiting), search_(pass, rules, costs), mover_(pass, rules, costs) {}
 
   void place(int ji) {
-    if (waits(ji) || starts_on_free_gpus(ji) || stays_off_reserve(ji) || !may_preempt(ji)) return;
+    if (waits(ji) || starts_on_free_gpus(ji) || !may_preempt(ji)) return;
     Choice best;
     WaitCause why = WaitCause::kOther;
     if (search_.find(ji, &best, &why)) {
@@ -170,14 +170,6 @@ class Placer {
     return p_.cfg.kind == PolicyKind::kFcfs || node >= 0;
   }
 
-  // A lower job the reserve binds (PolicyOptions::reserved_nodes) waits: it does not preempt
-  // either, since evicting cheap jobs for it would leave the next high arrival a costly victim.
-  bool stays_off_reserve(int ji) {
-    if (!rules_.reserve_binds(p_.jobs[ji])) return false;
-    p_.block(ji, WaitCause::kOther);
-    return true;
-  }
-
   bool start_on(int ji, int node, const char* how) {
     p_.start(ji, node, Fmt("fits on %s (%d of %d GPUs free, %s)", p_.st.nodes[node].name.c_str(), p_.free(node),
                            p_.st.nodes[node].gpus, how));
@@ -199,7 +191,11 @@ class Placer {
         return false;
       }
     }
-    if (searches_ >= cfg.max_preemptors_per_pass) {
+    // A lower job the reserve binds (PolicyOptions::reserved_nodes) waits: it does not preempt
+    // either, since evicting cheap jobs for it would leave the next high arrival a costly victim.
+    // (Checked last: a job that may not search anyway is left alone, as the job index's walk
+    // passes it over.)
+    if (searches_ >= cfg.max_preemptors_per_pass || rules_.reserve_binds(j)) {
       p_.block(ji, WaitCause::kOther);
       return false;
     }
