@@ -330,7 +330,9 @@ Decisions DecideWith(const ClusterState& st, const JobIndex* index, const Policy
   PassState pass(st, cfg, index);
   const Awaiting awaiting = EvictCheckpointedVictims(&pass);
   ClusterRules rules(&pass);
-  const VictimCosts costs(st, cfg, pass.running_on, HighWaitAtRisk(st, index, cfg));
+  // Only high preemptors' costs follow the guard: without one pending it is not computed.
+  const bool high_pending = pass.pending_by_class[static_cast<int>(PriorityClass::kHigh)] > 0;
+  const VictimCosts costs(st, cfg, pass.running_on, high_pending && HighWaitAtRisk(st, index, cfg));
   SuspendInWindow(&pass, costs);
   Placer placer(&pass, &rules, &costs, &awaiting);
   if (index) {

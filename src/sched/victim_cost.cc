@@ -97,7 +97,6 @@ void VictimCosts::init(CostTable* t, const PolicyOptions* config, bool for_high,
   t->config = config;
   t->for_high = for_high;
   t->preemptor_gpus = preemptor_gpus;
-  t->high_wait_at_risk = for_high && preemptor_gpus > 0 && high_wait_at_risk_;
   t->cost.clear();  // sized on its first lookup
   t->done.clear();
 }
@@ -111,7 +110,8 @@ const VictimCost& VictimCosts::lookup(CostTable* t, int job) const {
     t->done.assign(running_.size(), 0);
   }
   if (!t->done[k]) {
-    if (cfg_.kind != PolicyKind::kFcfs) t->cost[k] = CostOf(st_.jobs[job], st_.now, *t->config, t->for_high, t->preemptor_gpus, t->high_wait_at_risk);
+    if (cfg_.kind != PolicyKind::kFcfs) t->cost[k] = CostOf(st_.jobs[job], st_.now, *t->config, t->for_high, t->preemptor_gpus,
+                                                     t->for_high && t->preemptor_gpus > 0 && high_wait_at_risk_);
     t->done[k] = 1;
   }
   return t->cost[k];
@@ -157,10 +157,6 @@ VictimCosts::VictimCosts(const ClusterState& st, const PolicyOptions& cfg, const
   if (split_high_) init(&for_small_high_, &small_, true, 0);
   else init(&for_high_, &cfg_, true, 0);
 }
-
-}  // namespace preempt::sched
-
-namespace preempt::sched {
 
 bool HighWaitAtRisk(const ClusterState& st, const JobIndex* index, const PolicyOptions& c) {
   if (c.kind != PolicyKind::kHintAware || c.high_wait_guard_s <= 0 || c.high_tolerable_wait == TolerableWait::kOff)

@@ -71,7 +71,6 @@ struct CostTable {
   const PolicyOptions* config = nullptr;
   bool for_high = false;
   int preemptor_gpus = 0;
-  bool high_wait_at_risk = false;
   std::vector<VictimCost> cost;  // by running position
   std::vector<uint8_t> done;     // by running position: cost[k] is computed
 };
