@@ -1,8 +1,8 @@
 // eval_protocol.h — the scheduler's evaluation protocol: a declared tuning set and a declared
 // evaluation set of traces, the baselines, and the targets counted per trace.
 //
-// Every policy setting is chosen on the tuning set only; the evaluation set (at least 20 traces
-// that no setting was chosen on) is built from the Alibaba GPU trace shipped in the repository
+// Every policy setting is chosen on the tuning and development sets only; the evaluation set (at
+// least 20 traces that no setting was chosen on) is built from the Alibaba GPU trace shipped in the repository
 // (variants: a larger multi-GPU share made of copies of the trace's own multi-GPU jobs, a class
 // mix with more medium priority, arrival-rate scaling, random subsets, several cluster sizes,
 // different seeds) and from the synthetic generator (other seeds, loads, class mixes and cluster
@@ -32,10 +32,13 @@ struct ProtocolTrace {
 // (and the set is reported as incomplete).
 Status TuningSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 Status EvaluationSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
-// A development set: more traces of the same kinds with seeds used by neither set above, to check
+// A development set: more traces of the same kinds with seeds used by no other set, to check
 // that a change chosen on the tuning set generalises before the evaluation set is run (settings
 // may be chosen on it as on the tuning set; the targets are still reported on the evaluation set).
 Status DevelopmentSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
+// Development set 2: the first evaluation set, spent (settings were chosen between its runs); the
+// evaluation set now has the same recipes with fresh seeds.
+Status DevelopmentSet2(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 
 // The targets on one trace: the policy under test against the two baselines.
 struct TargetResult {
@@ -49,7 +52,7 @@ struct TargetResult {
 };
 TargetResult CheckProtocolTargets(const SimMetrics& policy, const SimMetrics& k8s, const SimMetrics& runtime);
 
-// Runs `set` ("tuning" or "evaluation") with the policy under test `policy` (named `name`):
+// Runs `set` (a set's name) with the policy under test `policy` (named `name`):
 // prints one line per trace with every metric the targets read, then how many traces meet each
 // target. Appends a JSON object to *json and harness "targets" entries to *targets.
 // arrival_jitter_s > 0: the policy under test runs on each trace with every arrival moved later by
@@ -66,8 +69,8 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
 Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& name, const PolicyOptions& policy,
                    const SimOptions& sim, std::string* json);
 
-// Runs the sets named by `which` ("tuning", "development", "evaluation", or "both": tuning and
-// evaluation) with the policy under test
+// Runs the sets named by `which` ("tuning", "development", "development2", "evaluation", or
+// "both": tuning and evaluation) with the policy under test
 // and SimOptions' defaults (30 s grace, victims run the preempt runtime): the protocol per set, and
 // the capacity report for the tuning set's Alibaba traces (unless !capacity_report). Writes
 // `,"protocol":[...],"capacity":[...]` to *json and appends the harness "targets" entries.
