@@ -24,10 +24,7 @@ bool ClusterRules::in_min_runtime(const Job& v, bool overridden, bool note_relea
   const PolicyOptions& cfg = p_.cfg;
   // A job preempted or moved before is protected the longer after each restart.
   const double min_runtime_s = cfg.min_runtime_s + cfg.min_runtime_per_preemption_s * (v.preemptions + v.moves);
-  if (!p_.hint || cfg.min_runtime_s <= 0 || p_.now >= v.start_time + min_runtime_s) return false;
-  // The override keeps the anti-thrashing spacing: a victim preempted within cooldown + minimum
-  // run time is still protected.
-  if (overridden && p_.now >= v.last_preempted + cfg.cooldown_s + cfg.min_runtime_s) return false;
+  if (!p_.hint || cfg.min_runtime_s <= 0 || p_.now >= v.start_time + min_runtime_s || overridden) return false;
   if (note_release) p_.min_runtime_release = std::min(p_.min_runtime_release, v.start_time + min_runtime_s);
   return true;
 }

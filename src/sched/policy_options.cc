@@ -288,7 +288,7 @@ std::vector<Field> MakeFields() {
                       "the minimum run time grows by this for each earlier preemption or move of the job"));
   f.push_back(Seconds("cooldown_s", "anti-thrashing", &O::cooldown_s, "a preempted job is not restarted before this"));
   f.push_back(Seconds("high_min_runtime_override_s", "anti-thrashing", &O::high_min_runtime_override_s,
-                      "a high job waiting this long may take victims inside their minimum run time (0 = off)"));
+                      "a high job waiting this long may take victims inside their minimum run time, those last (0 = off)"));
   f.push_back(Seconds("nonhigh_preempt_delay_s", "anti-thrashing", &O::nonhigh_preempt_delay_s,
                       "a job below high priority preempts only after waiting this long (0 = off)"));
   f.push_back(Seconds("budget_window_s", "budget", &O::budget_window_s, "per-queue preemption budget window"));

@@ -13,6 +13,7 @@ bool BetterChoice(const Choice& a, const Choice& b, PolicyKind kind) {
     if (a.latest_start != b.latest_start) return a.latest_start > b.latest_start;
     return a.node < b.node;
   }
+  if (a.protected_gpus != b.protected_gpus) return a.protected_gpus < b.protected_gpus;
   if (std::fabs(a.cost - b.cost) > 1e-9) return a.cost < b.cost;
   if (std::fabs(a.lost_work_gpu_s - b.lost_work_gpu_s) > 1e-9) return a.lost_work_gpu_s < b.lost_work_gpu_s;
   if (a.count != b.count) return a.count < b.count;
@@ -60,9 +61,10 @@ void VictimSearch::kubernetes_order(const std::vector<int>& cand_in, int cand_gp
   }
 }
 
-// Hint-aware: cheapest first (lower class first, then lost GPU-s per GPU), then the most expensive
-// victims that turn out not to be needed dropped.
-void VictimSearch::cheapest_first(const Job& j, const std::vector<int>& cand, int need, Choice* c) const {
+// Hint-aware: cheapest first (lower class first, then jobs outside their minimum run time, then
+// lost GPU-s per GPU), then the most expensive victims that turn out not to be needed dropped.
+void VictimSearch::cheapest_first(const Job& j, const std::vector<int>& cand, const std::vector<char>& prot,
+                                  int need, Choice* c) const {
   const std::vector<Job>& jobs = p_.jobs;
   const CostView costs = costs_.for_preemptor(j);
   std::vector<VictimCost> cand_cost;
@@ -73,6 +75,7 @@ void VictimSearch::cheapest_first(const Job& j, const std::vector<int>& cand, in
     const Job& x = jobs[cand[a]];
     const Job& y = jobs[cand[b]];
     if (x.cls != y.cls) return x.cls < y.cls;
+    if (prot[a] != prot[b]) return prot[a] < prot[b];
     double ca = cand_cost[a].rank_gpu_s / x.gpus, cb = cand_cost[b].rank_gpu_s / y.gpus;
     if (ca != cb) return ca < cb;
     return x.id < y.id;
@@ -85,6 +88,7 @@ void VictimSearch::cheapest_first(const Job& j, const std::vector<int>& cand, in
     const Job& v = jobs[cand[k]];
     if (v.cls == PriorityClass::kLow) c->low_taken += v.gpus;
     c->freed_gpus += v.gpus;
+    if (prot[k]) c->protected_gpus += v.gpus;
     c->victims.push_back(cand[k]);
     c->costs.push_back(cand_cost[k]);
     wait = std::max(wait, cand_cost[k].wait_s);
@@ -102,12 +106,14 @@ Choice VictimSearch::evaluate(int node, const Job& j) {
   int need = j.gpus - std::max(0, p_.free(node));
   if (need <= 0) return Choice{};  // (only when headroom blocked a fit; not reached)
   std::vector<int> cand;
+  std::vector<char> prot;  // by candidate: inside its minimum run time, which the override lifts
   int cand_gpus = 0;
   const bool ovr = rules_.overrides_min_runtime(j);
   for (int vi : p_.running_on[node]) {
     const Job& v = jobs[vi];
     if (p_.chosen[vi] || static_cast<int>(v.cls) >= cls) continue;
     if (rules_.in_min_runtime(v, ovr, /*note_release=*/true)) continue;
+    prot.push_back(ovr && rules_.in_min_runtime(v, /*overridden=*/false, /*note_release=*/false));
     cand.push_back(vi);
     cand_gpus += v.gpus;
   }
@@ -115,7 +121,7 @@ Choice VictimSearch::evaluate(int node, const Job& j) {
   Choice c;
   c.node = node;
   if (p_.cfg.kind == PolicyKind::kKubernetes) kubernetes_order(cand, cand_gpus, need, &c);
-  else cheapest_first(j, cand, need, &c);
+  else cheapest_first(j, cand, prot, need, &c);
   c.count = static_cast<int>(c.victims.size());
   for (int vi : c.victims) c.max_class = std::max(c.max_class, static_cast<int>(jobs[vi].cls));
   for (int vi : c.victims)

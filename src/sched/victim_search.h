@@ -27,6 +27,9 @@ struct Choice {
   int count = 0;
   double latest_start = -kInf;  // k8s: start of the most recently started highest-priority victim
   int low_taken = 0, freed_gpus = 0;  // for the cluster-wide rules
+  // GPUs of victims inside their minimum run time (taken by a high job past the override): the
+  // fewer the better, before cost.
+  int protected_gpus = 0;
 };
 bool BetterChoice(const Choice& a, const Choice& b, PolicyKind kind);
 
@@ -53,7 +56,9 @@ class VictimSearch {
   };
   Choice evaluate(int node, const Job& j);
   void kubernetes_order(const std::vector<int>& cand, int cand_gpus, int need, Choice* c) const;
-  void cheapest_first(const Job& j, const std::vector<int>& cand, int need, Choice* c) const;
+  // prot[k]: cand[k] is inside its minimum run time (the preemptor overrides it).
+  void cheapest_first(const Job& j, const std::vector<int>& cand, const std::vector<char>& prot, int need,
+                      Choice* c) const;
   bool heap_less(const HeapItem& a, const HeapItem& b) const;
 
   PassState& p_;

@@ -361,7 +361,7 @@ TEST(Policy, KillAfterCommitTable) {
 }
 
 // A high job waiting past high_min_runtime_override_s may take a victim inside its minimum run
-// time, never one preempted within cooldown + minimum run time; the wait cause says why it waits.
+// time, even one preempted a moment ago; the wait cause says why it waits.
 TEST(Policy, HighMinRuntimeOverrideTable) {
   struct Case {
     const char* name;
@@ -372,7 +372,7 @@ TEST(Policy, HighMinRuntimeOverrideTable) {
       {"off", 0, 5000, 1e9, false, WaitCause::kMinRuntime},
       {"not waited long enough", 600, 100, 1e9, false, WaitCause::kMinRuntime},
       {"waited long enough", 600, 700, 1e9, true, WaitCause::kVictimsLeaving},
-      {"victim preempted recently: still protected", 600, 700, 400, false, WaitCause::kMinRuntime},
+      {"victim preempted recently: the override still lifts it", 600, 700, 400, true, WaitCause::kVictimsLeaving},
   };
   for (const auto& c : cases) {
     B b({1});
@@ -389,6 +389,52 @@ TEST(Policy, HighMinRuntimeOverrideTable) {
     EXPECT_EQ(d.waits[0].cause, c.cause) << c.name << " " << WaitCauseName(d.waits[0].cause);
     if (!c.preempts && c.override_s > 0 && c.waited_s < c.override_s) {
       EXPECT_LE(d.recheck_at, kNow - c.waited_s + c.override_s) << c.name;
+    }
+  }
+}
+
+// Past the override, victims inside their minimum run time are taken last: on a node after every
+// unprotected candidate of their class, and a node that needs none of them before a cheaper one
+// that does. With nothing else, a protected victim is still taken.
+TEST(Policy, ProtectedVictimsAreTakenLast) {
+  PolicyOptions p = Hint();
+  p.min_runtime_s = 300;
+  p.high_min_runtime_override_s = 1;
+  {  // one node: the protected job is cheaper (little uncommitted work) but the other one goes
+    B b({2});
+    b.run("fresh", L, 1, 0, 100, MakeHints(5));   // restarted 100 s ago: protected
+    b.run("old", L, 1, 0, 5000, MakeHints(900));  // out of its minimum run time, costlier
+    b.pend("hi", H, 1, 10);
+    Decisions d = Decide(b.st, p);
+    EXPECT_NE(find(d, "old"), nullptr) << Dump(d);
+    EXPECT_EQ(find(d, "fresh"), nullptr) << Dump(d);
+  }
+  {  // two nodes: the node without a protected victim wins although its victim costs more
+    B b({1, 1});
+    b.run("fresh", L, 1, 0, 100, MakeHints(5));
+    b.run("old", L, 1, 1, 5000, MakeHints(900));
+    b.pend("hi", H, 1, 10);
+    Decisions d = Decide(b.st, p);
+    const JobAction* a = find(d, "old");
+    ASSERT_NE(a, nullptr) << Dump(d);
+    EXPECT_EQ(find(d, "fresh"), nullptr) << Dump(d);
+  }
+  {  // the class order comes first: a protected low job before an unprotected medium one
+    B b({1, 1});
+    b.run("fresh-low", L, 1, 0, 100, MakeHints(5));
+    b.run("old-medium", PriorityClass::kMedium, 1, 1, 5000, MakeHints(5));
+    b.pend("hi", H, 1, 10);
+    Decisions d = Decide(b.st, p);
+    EXPECT_NE(find(d, "fresh-low"), nullptr) << Dump(d);
+    EXPECT_EQ(find(d, "old-medium"), nullptr) << Dump(d);
+  }
+  {  // only protected victims: one is taken; before the override, none is
+    for (double waited : {0.5, 10.0}) {
+      B b({1});
+      b.run("fresh", L, 1, 0, 100, MakeHints(5));
+      b.pend("hi", H, 1, waited);
+      Decisions d = Decide(b.st, p);
+      EXPECT_EQ(find(d, "fresh") != nullptr, waited >= 1) << waited << "\n" << Dump(d);
     }
   }
 }

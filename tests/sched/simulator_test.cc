@@ -317,13 +317,19 @@ TEST(Simulator, AntiThrashingRulesGiveZeroThrashCycles) {
   Trace t = SyntheticTrace(o);
   SimOptions so;
   so.thrash_window_s = 600;
-  SimResult with, without;
-  PolicyOptions rules;  // defaults: cooldown 300 + min run time 300 ≥ thrash window
+  SimResult with, without, defaults;
+  PolicyOptions rules;  // cooldown 300 + min run time 300 ≥ thrash window
+  rules.high_min_runtime_override_s = 0;  // and no high job takes a protected victim
   ASSERT_TRUE(Simulate(t, rules, so, &with).ok());
   ASSERT_TRUE(Simulate(t, HintAwareNoRulesPolicy(), so, &without).ok());
   EXPECT_EQ(with.metrics.thrash_cycles, 0);
   EXPECT_GT(without.metrics.thrash_cycles, 0) << "the workload should provoke thrashing without the rules";
   EXPECT_GT(with.metrics.preemptions, 0);
+  // The defaults let a high job past the override take a protected victim (last): a few cycles,
+  // far fewer than without the rules.
+  ASSERT_TRUE(Simulate(t, PolicyOptions{}, so, &defaults).ok());
+  EXPECT_LE(defaults.metrics.thrash_cycles * 10, without.metrics.thrash_cycles)
+      << defaults.metrics.thrash_cycles << " vs " << without.metrics.thrash_cycles;
 }
 
 // Two 4-GPU nodes, each holding a long-lived 1-GPU high job and low work; a 4-GPU high job

@@ -212,17 +212,17 @@ TEST(SchedUnits, MinimumRunTimeGrowsWithPreemptions) {
 
 TEST(SchedUnits, MinimumRunTimeGuard) {
   ClusterState st = TwoNodes();
-  st.jobs[1].last_preempted = kNow - 100;  // preempted recently: the override does not lift the guard
+  st.jobs[1].last_preempted = kNow - 100;  // preempted recently: the override lifts the guard all the same
   PolicyOptions cfg;  // min_runtime_s 300
   PassState p(st, cfg);
   ClusterRules rules(&p);
   EXPECT_FALSE(rules.in_min_runtime(st.jobs[0], false, true));  // ran 1000 s
   EXPECT_TRUE(rules.in_min_runtime(st.jobs[1], false, false));  // ran 10 s
   EXPECT_EQ(p.min_runtime_release, kInf);                      // not noted
-  EXPECT_TRUE(rules.in_min_runtime(st.jobs[1], true, true));    // override, but within cooldown + min run time
+  EXPECT_FALSE(rules.in_min_runtime(st.jobs[1], true, true));   // override lifts it
+  EXPECT_EQ(p.min_runtime_release, kInf);                      // nothing to wait for
+  EXPECT_TRUE(rules.in_min_runtime(st.jobs[1], false, true));
   EXPECT_EQ(p.min_runtime_release, kNow + 290);
-  st.jobs[1].last_preempted = -kInf;
-  EXPECT_FALSE(rules.in_min_runtime(st.jobs[1], true, true));  // override lifts it
   // Baselines have no minimum run time.
   const PolicyOptions k8s_cfg = KubernetesPolicy();  // PassState keeps a reference: it must outlive it
   PassState k8s(st, k8s_cfg);

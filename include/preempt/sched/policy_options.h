@@ -124,9 +124,10 @@ struct PolicyOptions {
   // ... plus this much for each earlier preemption or move of it (serial victims get longer runs).
   double min_runtime_per_preemption_s = 900;
   double cooldown_s = 300;     // a preempted job is not restarted before this
-  // A high job that has waited this long may take victims inside their minimum run time (never
-  // ones preempted within cooldown + minimum run time). 0 = off.
-  double high_min_runtime_override_s = 20;
+  // A high job that has waited this long may take victims inside their minimum run time, those
+  // last: on a node after every unprotected candidate of the same class, and nodes needing fewer
+  // protected GPUs first. 0 = off.
+  double high_min_runtime_override_s = 1;
   // A pending job below high priority preempts only after waiting this long (since it was
   // submitted or requeued): GPUs freed by finishing jobs usually come first. 0 = off.
   double nonhigh_preempt_delay_s = 1800;
