@@ -172,49 +172,92 @@ struct SyntheticSpec {
   double load, high;
 };
 
+// A synthetic trace of 1,500 jobs, labelled "<prefix>-syn-s<seed>-n<nodes>-l<load>-h<high %>".
+void AddSyntheticSpec(const char* prefix, const SyntheticSpec& s, std::vector<ProtocolTrace>* out) {
+  char label[64];
+  snprintf(label, sizeof label, "%s-syn-s%llu-n%d-l%.1f-h%.0f", prefix, static_cast<unsigned long long>(s.seed),
+           s.nodes, s.load, 100 * s.high);
+  AddSynthetic(label, s.seed, 1500, s.nodes, s.load, s.high, out);
+}
+
 // A declared set: its Alibaba variants (when the trace directory is given), then its synthetic
-// traces of 1,500 jobs, labelled "<prefix>-syn-s<seed>-n<nodes>-l<load>-h<high %>".
+// traces (AddSyntheticSpec).
 template <size_t NA, size_t NS>
 Status AddSet(const std::string& dir, const char* prefix, const AlibabaSpec (&ali)[NA], const SyntheticSpec (&syn)[NS],
               std::vector<ProtocolTrace>* out) {
   out->clear();
   if (!dir.empty())
     for (const auto& a : ali) PREEMPT_RETURN_IF_ERROR(AddAlibaba(dir, a.label, a.v, out));
-  for (const auto& s : syn) {
-    char label[64];
-    snprintf(label, sizeof label, "%s-syn-s%llu-n%d-l%.1f-h%.0f", prefix, static_cast<unsigned long long>(s.seed),
-             s.nodes, s.load, 100 * s.high);
-    AddSynthetic(label, s.seed, 1500, s.nodes, s.load, s.high, out);
-  }
+  for (const auto& s : syn) AddSyntheticSpec(prefix, s, out);
   return Status::OK();
 }
+
+// "multi50-medium30-rate1.25-keep90-s301-x1.5": the variant's non-default parts, seed, overload.
+std::string VariantName(const AlibabaVariant& v) {
+  std::string name;
+  char part[48];
+  if (v.multi_share > 0) name += "multi" + std::to_string(static_cast<int>(std::lround(100 * v.multi_share))) + "-";
+  if (v.medium > 0) name += "medium" + std::to_string(static_cast<int>(std::lround(100 * v.medium))) + "-";
+  if (v.rate != 1) {
+    snprintf(part, sizeof part, "rate%g-", v.rate);
+    name += part;
+  }
+  if (v.keep < 1) name += "keep" + std::to_string(static_cast<int>(std::lround(100 * v.keep))) + "-";
+  snprintf(part, sizeof part, "s%llu-x%.1f", static_cast<unsigned long long>(v.seed), v.overload);
+  return name + part;
+}
+
+const AlibabaSpec kFirstEvaluationAlibaba[] = {
+    {"dev2-ali-multi50-s11-x1.3", {0.5, 0, 1, 1, 11, 1.3}},
+    {"dev2-ali-multi50-s12-x2.0", {0.5, 0, 1, 1, 12, 2.0}},
+    {"dev2-ali-multi50-s13-x1.5", {0.5, 0, 1, 1, 13, 1.5}},
+    {"dev2-ali-multi50-s14-x1.8", {0.5, 0, 1, 1, 14, 1.8}},
+    {"dev2-ali-multi35-s21-x1.5", {0.35, 0, 1, 1, 21, 1.5}},
+    {"dev2-ali-multi35-s22-x2.0", {0.35, 0, 1, 1, 22, 2.0}},
+    {"dev2-ali-multi25-s31-x1.7", {0.25, 0, 1, 1, 31, 1.7}},
+    {"dev2-ali-rate1.25-x1.5", {0, 0, 1.25, 1, 1, 1.5}},
+    {"dev2-ali-rate2-keep60-s32-x1.3", {0, 0, 2, 0.6, 32, 1.3}},
+    {"dev2-ali-medium30-s41-x1.5", {0, 0.3, 1, 1, 41, 1.5}},
+    {"dev2-ali-medium30-s42-x2.0", {0, 0.3, 1, 1, 42, 2.0}},
+    {"dev2-ali-keep70-s43-x1.5", {0, 0, 1, 0.7, 43, 1.5}},
+    {"dev2-ali-keep70-s44-x1.8", {0, 0, 1, 0.7, 44, 1.8}},
+    {"dev2-ali-multi50-medium30-s51-x1.5", {0.5, 0.3, 1, 1, 51, 1.5}},
+};
+const SyntheticSpec kFirstEvaluationSynthetic[] = {{101, 16, 1.0, 0.2},  {102, 16, 1.5, 0.2},  {103, 8, 1.2, 0.2},
+                                    {104, 24, 1.2, 0.2},  {105, 16, 1.2, 0.1},  {106, 16, 1.2, 0.35},
+                                    {107, 8, 1.5, 0.35},  {108, 24, 1.0, 0.1},  {109, 16, 1.3, 0.25},
+                                    {110, 12, 1.1, 0.2}};
 
 }  // namespace
 
 // Development set 2: the first evaluation set (its labels were "eval-..."). Settings were chosen
 // between its runs, so it no longer measures generalisation; settings may be chosen on it.
 Status DevelopmentSet2(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  static const AlibabaSpec ali[] = {
-      {"dev2-ali-multi50-s11-x1.3", {0.5, 0, 1, 1, 11, 1.3}},
-      {"dev2-ali-multi50-s12-x2.0", {0.5, 0, 1, 1, 12, 2.0}},
-      {"dev2-ali-multi50-s13-x1.5", {0.5, 0, 1, 1, 13, 1.5}},
-      {"dev2-ali-multi50-s14-x1.8", {0.5, 0, 1, 1, 14, 1.8}},
-      {"dev2-ali-multi35-s21-x1.5", {0.35, 0, 1, 1, 21, 1.5}},
-      {"dev2-ali-multi35-s22-x2.0", {0.35, 0, 1, 1, 22, 2.0}},
-      {"dev2-ali-multi25-s31-x1.7", {0.25, 0, 1, 1, 31, 1.7}},
-      {"dev2-ali-rate1.25-x1.5", {0, 0, 1.25, 1, 1, 1.5}},
-      {"dev2-ali-rate2-keep60-s32-x1.3", {0, 0, 2, 0.6, 32, 1.3}},
-      {"dev2-ali-medium30-s41-x1.5", {0, 0.3, 1, 1, 41, 1.5}},
-      {"dev2-ali-medium30-s42-x2.0", {0, 0.3, 1, 1, 42, 2.0}},
-      {"dev2-ali-keep70-s43-x1.5", {0, 0, 1, 0.7, 43, 1.5}},
-      {"dev2-ali-keep70-s44-x1.8", {0, 0, 1, 0.7, 44, 1.8}},
-      {"dev2-ali-multi50-medium30-s51-x1.5", {0.5, 0.3, 1, 1, 51, 1.5}},
-  };
-  static const SyntheticSpec syn[] = {{101, 16, 1.0, 0.2},  {102, 16, 1.5, 0.2},  {103, 8, 1.2, 0.2},
-                                      {104, 24, 1.2, 0.2},  {105, 16, 1.2, 0.1},  {106, 16, 1.2, 0.35},
-                                      {107, 8, 1.5, 0.35},  {108, 24, 1.0, 0.1},  {109, 16, 1.3, 0.25},
-                                      {110, 12, 1.1, 0.2}};
-  return AddSet(dir, "dev2", ali, syn, out);
+  return AddSet(dir, "dev2", kFirstEvaluationAlibaba, kFirstEvaluationSynthetic, out);
+}
+
+// Development set 3: the same recipes twice more, with seeds no other set uses (Alibaba + 200 and
+// + 300, synthetic + 300 and + 400; arrivals x1.25 keeps 90 % of the jobs so that its seed
+// acts): 48 traces, so that a choice is checked on several draws of each recipe.
+Status DevelopmentSet3(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  out->clear();
+  for (const uint64_t offset : {200, 300}) {
+    if (!dir.empty()) {
+      for (const AlibabaSpec& a : kFirstEvaluationAlibaba) {
+        AlibabaVariant v = a.v;
+        const bool unseeded = v.multi_share == 0 && v.medium == 0 && v.keep == 1;  // only the rate changed
+        if (unseeded) v.keep = 0.9;
+        v.seed += offset;
+        PREEMPT_RETURN_IF_ERROR(AddAlibaba(dir, "dev3-ali-" + VariantName(v), v, out));
+      }
+    }
+    for (const SyntheticSpec& b : kFirstEvaluationSynthetic) {
+      SyntheticSpec sp = b;
+      sp.seed = b.seed + offset + 100;
+      AddSyntheticSpec("dev3", sp, out);
+    }
+  }
+  return Status::OK();
 }
 
 // Declared on 2026-12-06, before any policy ran on it: the recipes of the set above (the first
@@ -390,12 +433,13 @@ Status RunSets(const std::string& which, const std::string& alibaba_dir, const s
                std::vector<std::string>* targets) {
   const SimOptions sim;  // one eviction model for all three policies
   std::string protocol, capacity = "null";
-  for (const std::string set : {"tuning", "development", "development2", "evaluation"}) {
+  for (const std::string set : {"tuning", "development", "development2", "development3", "evaluation"}) {
     if (which != set && !(which == "both" && (set == "tuning" || set == "evaluation"))) continue;
     std::vector<ProtocolTrace> traces;
     PREEMPT_RETURN_IF_ERROR(set == "tuning"         ? TuningSet(alibaba_dir, &traces)
                             : set == "development"  ? DevelopmentSet(alibaba_dir, &traces)
                             : set == "development2" ? DevelopmentSet2(alibaba_dir, &traces)
+                            : set == "development3" ? DevelopmentSet3(alibaba_dir, &traces)
                                                     : EvaluationSet(alibaba_dir, &traces));
     if (!protocol.empty()) protocol += ",";
     PREEMPT_RETURN_IF_ERROR(RunProtocol(set, traces, name, policy, sim, arrival_jitter_s, &protocol, targets));

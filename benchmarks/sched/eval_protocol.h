@@ -39,6 +39,8 @@ Status DevelopmentSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>
 // Development set 2: the first evaluation set, spent (settings were chosen between its runs); the
 // evaluation set now has the same recipes with fresh seeds.
 Status DevelopmentSet2(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
+// Development set 3: development set 2's recipes with two more fresh seeds each (48 traces).
+Status DevelopmentSet3(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 
 // The targets on one trace: the policy under test against the two baselines.
 struct TargetResult {
@@ -69,7 +71,8 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
 Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& name, const PolicyOptions& policy,
                    const SimOptions& sim, std::string* json);
 
-// Runs the sets named by `which` ("tuning", "development", "development2", "evaluation", or
+// Runs the sets named by `which` ("tuning", "development", "development2", "development3",
+// "evaluation", or
 // "both": tuning and evaluation) with the policy under test
 // and SimOptions' defaults (30 s grace, victims run the preempt runtime): the protocol per set, and
 // the capacity report for the tuning set's Alibaba traces (unless !capacity_report). Writes
