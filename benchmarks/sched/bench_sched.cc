@@ -344,11 +344,9 @@ int main(int argc, char** argv) {
     }
     else if (a == "--protocol") {
       protocol = next();
-      if (protocol != "tuning" && protocol != "development" && protocol != "development2" && protocol != "development3" &&
-          protocol != "evaluation" && protocol != "both" &&
-          protocol != "off") {
-        fprintf(stderr, "bench_sched: --protocol: '%s' is not tuning, development, development2, development3, evaluation, both or off\n",
-                protocol.c_str());
+      if (!bench::IsProtocolSet(protocol) && protocol != "both" && protocol != "off") {
+        fprintf(stderr, "bench_sched: --protocol: '%s' is not %s, both or off\n", protocol.c_str(),
+                bench::ProtocolSetNames().c_str());
         return 2;
       }
     }

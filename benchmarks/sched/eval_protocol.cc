@@ -223,10 +223,9 @@ const AlibabaSpec kFirstEvaluationAlibaba[] = {
     {"dev2-ali-keep70-s44-x1.8", {0, 0, 1, 0.7, 44, 1.8}},
     {"dev2-ali-multi50-medium30-s51-x1.5", {0.5, 0.3, 1, 1, 51, 1.5}},
 };
-const SyntheticSpec kFirstEvaluationSynthetic[] = {{101, 16, 1.0, 0.2},  {102, 16, 1.5, 0.2},  {103, 8, 1.2, 0.2},
-                                    {104, 24, 1.2, 0.2},  {105, 16, 1.2, 0.1},  {106, 16, 1.2, 0.35},
-                                    {107, 8, 1.5, 0.35},  {108, 24, 1.0, 0.1},  {109, 16, 1.3, 0.25},
-                                    {110, 12, 1.1, 0.2}};
+const SyntheticSpec kFirstEvaluationSynthetic[] = {
+    {101, 16, 1.0, 0.2}, {102, 16, 1.5, 0.2}, {103, 8, 1.2, 0.2},   {104, 24, 1.2, 0.2},  {105, 16, 1.2, 0.1},
+    {106, 16, 1.2, 0.35}, {107, 8, 1.5, 0.35}, {108, 24, 1.0, 0.1}, {109, 16, 1.3, 0.25}, {110, 12, 1.1, 0.2}};
 
 }  // namespace
 
@@ -428,19 +427,40 @@ Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& 
   return Status::OK();
 }
 
+namespace {
+struct ProtocolSet {
+  const char* name;
+  Status (*build)(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
+};
+const ProtocolSet kProtocolSets[] = {{"tuning", TuningSet},
+                                     {"development", DevelopmentSet},
+                                     {"development2", DevelopmentSet2},
+                                     {"development3", DevelopmentSet3},
+                                     {"evaluation", EvaluationSet}};
+}  // namespace
+
+std::string ProtocolSetNames() {
+  std::string names;
+  for (const ProtocolSet& s : kProtocolSets) names += std::string(names.empty() ? "" : ", ") + s.name;
+  return names;
+}
+
+bool IsProtocolSet(const std::string& name) {
+  for (const ProtocolSet& s : kProtocolSets)
+    if (name == s.name) return true;
+  return false;
+}
+
 Status RunSets(const std::string& which, const std::string& alibaba_dir, const std::string& name,
                const PolicyOptions& policy, bool capacity_report, double arrival_jitter_s, std::string* json,
                std::vector<std::string>* targets) {
   const SimOptions sim;  // one eviction model for all three policies
   std::string protocol, capacity = "null";
-  for (const std::string set : {"tuning", "development", "development2", "development3", "evaluation"}) {
+  for (const ProtocolSet& s : kProtocolSets) {
+    const std::string set = s.name;
     if (which != set && !(which == "both" && (set == "tuning" || set == "evaluation"))) continue;
     std::vector<ProtocolTrace> traces;
-    PREEMPT_RETURN_IF_ERROR(set == "tuning"         ? TuningSet(alibaba_dir, &traces)
-                            : set == "development"  ? DevelopmentSet(alibaba_dir, &traces)
-                            : set == "development2" ? DevelopmentSet2(alibaba_dir, &traces)
-                            : set == "development3" ? DevelopmentSet3(alibaba_dir, &traces)
-                                                    : EvaluationSet(alibaba_dir, &traces));
+    PREEMPT_RETURN_IF_ERROR(s.build(alibaba_dir, &traces));
     if (!protocol.empty()) protocol += ",";
     PREEMPT_RETURN_IF_ERROR(RunProtocol(set, traces, name, policy, sim, arrival_jitter_s, &protocol, targets));
     if (set != "tuning" || !capacity_report) continue;

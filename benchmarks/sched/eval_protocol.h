@@ -71,6 +71,10 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
 Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& name, const PolicyOptions& policy,
                    const SimOptions& sim, std::string* json);
 
+// The declared sets' names, in order ("tuning, development, ..."), and whether `name` is one.
+std::string ProtocolSetNames();
+bool IsProtocolSet(const std::string& name);
+
 // Runs the sets named by `which` ("tuning", "development", "development2", "development3",
 // "evaluation", or
 // "both": tuning and evaluation) with the policy under test

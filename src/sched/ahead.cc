@@ -37,7 +37,7 @@ void RequestCheckpointsAhead(PassState* pass, ClusterRules* rules, const VictimC
       if (v.request_id > 0 && p.now < v.request_time + cfg.ahead_interval_s) continue;
       // Inside its minimum run time: a high job past the override takes it only last, so it is
       // not likely next.
-      if (rules->in_min_runtime(v, /*overridden=*/false, /*note_release=*/false)) continue;
+      if (rules->in_min_runtime(v, /*note_release=*/false)) continue;
       const VictimCost& vc = cost_of[vi];
       // Only jobs a high preemptor would wait for, whose last commit is older than one save.
       if (vc.mode != EvictionMode::kCheckpointFirst || costs.lost_work_s(vi) < vc.save_s) continue;

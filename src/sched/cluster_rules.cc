@@ -20,11 +20,11 @@ ClusterRules::ClusterRules(PassState* pass) : p_(*pass) {
   }
 }
 
-bool ClusterRules::in_min_runtime(const Job& v, bool overridden, bool note_release) {
+bool ClusterRules::in_min_runtime(const Job& v, bool note_release) {
   const PolicyOptions& cfg = p_.cfg;
   // A job preempted or moved before is protected the longer after each restart.
   const double min_runtime_s = cfg.min_runtime_s + cfg.min_runtime_per_preemption_s * (v.preemptions + v.moves);
-  if (!p_.hint || cfg.min_runtime_s <= 0 || p_.now >= v.start_time + min_runtime_s || overridden) return false;
+  if (!p_.hint || cfg.min_runtime_s <= 0 || p_.now >= v.start_time + min_runtime_s) return false;
   if (note_release) p_.min_runtime_release = std::min(p_.min_runtime_release, v.start_time + min_runtime_s);
   return true;
 }

@@ -22,10 +22,10 @@ class ClusterRules {
   explicit ClusterRules(PassState* pass);
 
   // True while running job v may not be a victim: it started its current run less than
-  // min_runtime_s ago. `overridden`: the preemptor has waited past high_min_runtime_override_s,
-  // which lifts the guard (the victim search then takes such victims last).
-  // `note_release` records when v becomes preemptible (PassState::min_runtime_release).
-  bool in_min_runtime(const Job& v, bool overridden, bool note_release);
+  // min_runtime_s ago. A preemptor past high_min_runtime_override_s may take it all the same (the
+  // victim search takes such victims last). `note_release` records when v becomes preemptible
+  // (PassState::min_runtime_release).
+  bool in_min_runtime(const Job& v, bool note_release);
   // The preemptor has waited past high_min_runtime_override_s.
   bool overrides_min_runtime(const Job& j) const;
 

@@ -18,7 +18,7 @@ void RefillHeadroom(PassState* pass, ClusterRules* rules, const VictimCosts& cos
     for (int vi : p.running_on[node]) {
       const Job& v = jobs[vi];
       if (p.chosen[vi] || v.cls == PriorityClass::kHigh) continue;
-      if (rules->in_min_runtime(v, /*overridden=*/false, /*note_release=*/true)) continue;
+      if (rules->in_min_runtime(v, /*note_release=*/true)) continue;
       cands.emplace_back(static_cast<int>(v.cls) * 1e12 + cost_of[vi].rank_gpu_s / v.gpus, vi);
     }
   }

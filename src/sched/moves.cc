@@ -22,7 +22,7 @@ bool Mover::movable(int vi, const Job& j) const {
   const Job& v = p_.jobs[vi];
   const PolicyOptions& cfg = p_.cfg;
   if (p_.chosen[vi] || v.cls != j.cls || v.gpus >= j.gpus || !HintsFresh(v, p_.now, cfg)) return false;
-  if (rules_.in_min_runtime(v, /*overridden=*/false, /*note_release=*/false)) return false;
+  if (rules_.in_min_runtime(v, /*note_release=*/false)) return false;
   const double spacing = cfg.cooldown_s + cfg.min_runtime_s;
   if (p_.now < v.last_moved + spacing || p_.now < v.last_preempted + spacing) return false;
   const VictimCost& c = costs_.ordinary()[vi];
@@ -38,7 +38,7 @@ std::vector<int> Mover::lower_victims(int node, const Job& j) const {
   for (int vi : p_.running_on[node]) {
     const Job& v = jobs[vi];
     if (p_.chosen[vi] || v.cls >= j.cls) continue;
-    if (rules_.in_min_runtime(v, /*overridden=*/false, /*note_release=*/false)) continue;
+    if (rules_.in_min_runtime(v, /*note_release=*/false)) continue;
     out.push_back(vi);
   }
   const CostView hc = costs_.for_high(j.gpus);

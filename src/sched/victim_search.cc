@@ -112,8 +112,10 @@ Choice VictimSearch::evaluate(int node, const Job& j) {
   for (int vi : p_.running_on[node]) {
     const Job& v = jobs[vi];
     if (p_.chosen[vi] || static_cast<int>(v.cls) >= cls) continue;
-    if (rules_.in_min_runtime(v, ovr, /*note_release=*/true)) continue;
-    prot.push_back(ovr && rules_.in_min_runtime(v, /*overridden=*/false, /*note_release=*/false));
+    // Protected: a candidate only past the override (its release then matters to nobody).
+    const bool in_min_runtime = rules_.in_min_runtime(v, /*note_release=*/!ovr);
+    if (in_min_runtime && !ovr) continue;
+    prot.push_back(in_min_runtime);
     cand.push_back(vi);
     cand_gpus += v.gpus;
   }

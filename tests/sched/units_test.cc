@@ -201,33 +201,31 @@ TEST(SchedUnits, MinimumRunTimeGrowsWithPreemptions) {
   cfg.min_runtime_per_preemption_s = 900;
   PassState p(st, cfg);
   ClusterRules rules(&p);
-  EXPECT_FALSE(rules.in_min_runtime(st.jobs[0], false, true));  // never preempted: 300 s
+  EXPECT_FALSE(rules.in_min_runtime(st.jobs[0], true));  // never preempted: 300 s
   st.jobs[0].preemptions = 1;                                   // 300 + 900 = 1200 s
-  EXPECT_TRUE(rules.in_min_runtime(st.jobs[0], false, true));
+  EXPECT_TRUE(rules.in_min_runtime(st.jobs[0], true));
   EXPECT_EQ(p.min_runtime_release, kNow + 200);
   st.jobs[0].preemptions = 0;
   st.jobs[0].moves = 1;  // a move counts the same
-  EXPECT_TRUE(rules.in_min_runtime(st.jobs[0], false, false));
+  EXPECT_TRUE(rules.in_min_runtime(st.jobs[0], false));
 }
 
 TEST(SchedUnits, MinimumRunTimeGuard) {
   ClusterState st = TwoNodes();
-  st.jobs[1].last_preempted = kNow - 100;  // preempted recently: the override lifts the guard all the same
+  st.jobs[1].last_preempted = kNow - 100;  // preempted recently
   PolicyOptions cfg;  // min_runtime_s 300
   PassState p(st, cfg);
   ClusterRules rules(&p);
-  EXPECT_FALSE(rules.in_min_runtime(st.jobs[0], false, true));  // ran 1000 s
-  EXPECT_TRUE(rules.in_min_runtime(st.jobs[1], false, false));  // ran 10 s
+  EXPECT_FALSE(rules.in_min_runtime(st.jobs[0], true));  // ran 1000 s
+  EXPECT_TRUE(rules.in_min_runtime(st.jobs[1], false));  // ran 10 s
   EXPECT_EQ(p.min_runtime_release, kInf);                      // not noted
-  EXPECT_FALSE(rules.in_min_runtime(st.jobs[1], true, true));   // override lifts it
-  EXPECT_EQ(p.min_runtime_release, kInf);                      // nothing to wait for
-  EXPECT_TRUE(rules.in_min_runtime(st.jobs[1], false, true));
+  EXPECT_TRUE(rules.in_min_runtime(st.jobs[1], true));
   EXPECT_EQ(p.min_runtime_release, kNow + 290);
   // Baselines have no minimum run time.
   const PolicyOptions k8s_cfg = KubernetesPolicy();  // PassState keeps a reference: it must outlive it
   PassState k8s(st, k8s_cfg);
   ClusterRules k8s_rules(&k8s);
-  EXPECT_FALSE(k8s_rules.in_min_runtime(st.jobs[1], false, true));
+  EXPECT_FALSE(k8s_rules.in_min_runtime(st.jobs[1], true));
 }
 
 TEST(SchedUnits, BudgetCheckCountsHistoryAndCharges) {
