@@ -88,10 +88,23 @@ bool ClusterRules::headroom_allows(const Job& j) const {
   int nonhigh = placed[0] + placed[1];
   bool within_share = j.cls == PriorityClass::kLow && placed[0] + j.gpus <= p_.low_share;
   bool ok = within_share || nonhigh + j.gpus <= p_.nonhigh_cap;
-  // With refill on, the reserve is kept free: non-high work does not start into it.
-  if (p_.cfg.refill_headroom && !within_share && p_.free_sum() + p_.leaving_unclaimed - j.gpus < p_.reserve)
+  // While the reserve is kept free, non-high work does not start into it; a low job preempted
+  // before may (PolicyOptions::headroom_low_restarts).
+  const bool low_restart = p_.cfg.headroom_low_restarts && j.cls == PriorityClass::kLow && j.preemptions > 0;
+  if (ok && !within_share && !low_restart && p_.free_sum() + p_.leaving_unclaimed - j.gpus < p_.reserve &&
+      headroom_kept_free())
     ok = false;
   return ok;
+}
+
+bool ClusterRules::headroom_kept_free() const {
+  const PolicyOptions& cfg = p_.cfg;
+  if (p_.reserve <= 0 || !(cfg.headroom_keep_free || cfg.refill_headroom)) return false;
+  if (cfg.headroom_high_window_s <= 0) return true;
+  const double until = last_high_submit() + cfg.headroom_high_window_s;
+  if (p_.now >= until) return false;  // no recent high demand
+  p_.recheck(until);
+  return true;
 }
 
 bool ClusterRules::keeps_off_reserved_node(const Job& j, int node) {
@@ -113,7 +126,7 @@ bool ClusterRules::reserve_binds(const Job& j) {
   return true;
 }
 
-double ClusterRules::last_high_submit() {
+double ClusterRules::last_high_submit() const {
   if (last_high_known_) return last_high_submit_;
   last_high_known_ = true;
   const int high = static_cast<int>(PriorityClass::kHigh);

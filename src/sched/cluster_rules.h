@@ -43,6 +43,9 @@ class ClusterRules {
 
   // May non-high job j start on free GPUs now (the reserved headroom, low's share)?
   bool headroom_allows(const Job& j) const;
+  // Is the reserved headroom kept free now: headroom_keep_free or refill_headroom, and a high job
+  // submitted within headroom_high_window_s present? Asks for a recheck when that window closes.
+  bool headroom_kept_free() const;
   // Is `node` (where non-high job j fits) one of the whole nodes reserved for high priority
   // (PolicyOptions::reserved_nodes) that j must stay off?
   bool keeps_off_reserved_node(const Job& j, int node);
@@ -61,12 +64,12 @@ class ClusterRules {
     double oldest = kInf;  // oldest record in the window
   };
   // The latest submission among the high-priority jobs present (pending or placed); -inf if none.
-  double last_high_submit();
+  double last_high_submit() const;
 
   PassState& p_;
   bool budget_on_ = false;
-  bool last_high_known_ = false;
-  double last_high_submit_ = -kInf;
+  mutable bool last_high_known_ = false;
+  mutable double last_high_submit_ = -kInf;
   std::map<std::string, QueueBudget> budget_;
 };
 

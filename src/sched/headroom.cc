@@ -10,7 +10,7 @@ namespace preempt::sched {
 void RefillHeadroom(PassState* pass, ClusterRules* rules, const VictimCosts& costs) {
   PassState& p = *pass;
   int deficit = p.reserve - p.free_sum() - p.leaving_unclaimed;
-  if (!p.hint || !p.cfg.refill_headroom || deficit <= 0) return;
+  if (!p.hint || !p.cfg.refill_headroom || deficit <= 0 || !rules->headroom_kept_free()) return;
   const std::vector<Job>& jobs = p.jobs;
   const CostView cost_of = costs.ordinary();
   std::vector<std::pair<double, int>> cands;  // (class-major cost per GPU, job)

@@ -16,9 +16,11 @@ void JobIndex::add(const std::vector<Job>& jobs, int i) {
   e.placed = !e.pending || j.move_to >= 0;
   e.key = PendingKey{j.submit_time, j.id, i};
   e.since = std::max(j.submit_time, j.last_preempted);
+  e.preempted = j.preemptions > 0;
   if (e.pending) {
     pending_[e.cls][e.gpus].insert(e.key);
     by_since_.emplace(e.since, i);
+    if (e.preempted) pending_preempted_[e.cls].insert(i);
   }
   if (e.placed) placed_.insert(std::lower_bound(placed_.begin(), placed_.end(), i), i);
   by_id_[j.id] = i;
@@ -32,6 +34,7 @@ void JobIndex::remove(int i) {
     group->second.erase(e.key);
     if (group->second.empty()) pending_[e.cls].erase(group);
     by_since_.erase({e.since, i});
+    if (e.preempted) pending_preempted_[e.cls].erase(i);
   }
   if (e.placed) placed_.erase(std::lower_bound(placed_.begin(), placed_.end(), i));
   auto id = by_id_.find(e.key.id);

@@ -12,7 +12,7 @@
 // not listed in Decisions::waits; every one of them would be blocked with WaitCause::kOther.
 //
 // The caller updates the index whenever a job's phase, index, class, GPUs, submit time or last
-// preemption changes (JobIndex::Remove before, JobIndex::Add after). Not thread-safe; Decide reads it.
+// preemption (or preemption count) changes (JobIndex::Remove before, JobIndex::Add after). Not thread-safe; Decide reads it.
 #pragma once
 
 #include <map>
@@ -49,6 +49,8 @@ class JobIndex {
   const std::map<int, std::set<PendingKey>>& pending(int cls) const { return pending_[cls]; }
   // Pending jobs by max(submit_time, last_preempted): the recent ones may be in a cooldown or delay.
   const std::set<std::pair<double, int>>& by_since() const { return by_since_; }
+  // Pending jobs of class c preempted at least once (a rule may treat their restarts apart).
+  const std::set<int>& pending_preempted(int cls) const { return pending_preempted_[cls]; }
   // Index of a job by id (any phase); -1 when not indexed.
   int find(const std::string& id) const {
     auto it = by_id_.find(id);
@@ -57,7 +59,7 @@ class JobIndex {
 
  private:
   struct Entry {
-    bool indexed = false, pending = false, placed = false;
+    bool indexed = false, pending = false, placed = false, preempted = false;
     int cls = 0, gpus = 0;
     PendingKey key;
     double since = 0;
@@ -66,6 +68,7 @@ class JobIndex {
   std::vector<int> placed_;  // sorted; a few hundred at most (the GPUs), so a vector is cheapest
   std::map<int, std::set<PendingKey>> pending_[kNumClasses];
   std::set<std::pair<double, int>> by_since_;
+  std::set<int> pending_preempted_[kNumClasses];
   std::unordered_map<std::string, int> by_id_;
 };
 

@@ -20,6 +20,10 @@ PendingWalk::PendingWalk(const PassState& pass, const ClusterRules& rules, const
     for (auto it = recent.rbegin(); it != recent.rend() && it->first >= p_.now - window - 1; ++it)
       one_by_one.push_back(it->second);
   }
+  // Low jobs preempted before may restart into the kept-free headroom, which keeps their group
+  // out otherwise (PolicyOptions::headroom_low_restarts).
+  if (p_.reserve > 0 && p_.cfg.headroom_low_restarts && (p_.cfg.headroom_keep_free || p_.cfg.refill_headroom))
+    for (int i : index.pending_preempted(static_cast<int>(PriorityClass::kLow))) one_by_one.push_back(i);
   for (const auto& [ji, node] : awaiting.node) one_by_one.push_back(ji);
   for (int i : index.placed())
     if (p_.jobs[i].phase == JobPhase::kPending) one_by_one.push_back(i);  // restarting after a move

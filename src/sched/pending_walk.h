@@ -8,8 +8,9 @@
 // The state a group is judged on does not change while jobs are passed over (they change
 // nothing), and a group is judged again at every step, so it rejoins the walk when, say, a
 // victim chosen for an earlier job makes room under the reserve. Jobs a rule looks at one by one
-// (in a cooldown or preemption delay window, waiting for victims, restarting after a move) are
-// always visited. High-priority jobs are always visited, except under FCFS (blocked, never listed).
+// (in a cooldown or preemption delay window, waiting for victims, restarting after a move, low
+// jobs preempted before while the headroom is kept free) are always visited. High-priority jobs
+// are always visited, except under FCFS (blocked, never listed).
 #pragma once
 
 #include <set>

@@ -154,8 +154,8 @@ class Placer {
   bool starts_on_free_gpus(int ji) {
     const Job& j = p_.jobs[ji];
     const int node = p_.best_fit(j.gpus);
+    if (node < 0) return false;  // nothing fits: a reserve holds back only a job that fits
     if (rules_.headroom_allows(j)) {
-      if (node < 0) return false;
       if (rules_.keeps_off_reserved_node(j, node)) {
         // Every node as free as the best fit is a reserved whole node; one with more free GPUs
         // may still be partly used (nodes of several sizes). Else it waits.
@@ -167,7 +167,7 @@ class Placer {
     }
     // A non-high job blocked by the headroom may still preempt lower jobs: it then only replaces
     // non-high GPUs (ClusterRules::Feasible).
-    return p_.cfg.kind == PolicyKind::kFcfs || node >= 0;
+    return true;
   }
 
   bool start_on(int ji, int node, const char* how) {

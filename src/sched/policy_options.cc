@@ -298,6 +298,13 @@ std::vector<Field> MakeFields() {
                      &O::budget_max_lost_gpu_hours, "estimated lost GPU-hours per queue per window (0 = unlimited)"));
   f.push_back(Number("reserved_headroom", "capacity", "fraction", 0, 1, "[0, 1]", &O::reserved_headroom,
                      "fraction of all GPUs only high priority may take"));
+  f.push_back(Flag("headroom_keep_free", "capacity", &O::headroom_keep_free,
+                   "non-high work does not start into the reserved headroom's last free GPUs"));
+  f.push_back(Seconds("headroom_high_window_s", "capacity", &O::headroom_high_window_s,
+                      "the headroom is kept free (or refilled) while a high job submitted this recently is present "
+                      "(0 = always)"));
+  f.push_back(Flag("headroom_low_restarts", "capacity", &O::headroom_low_restarts,
+                   "a low job preempted before may restart into the kept-free headroom"));
   f.push_back(Flag("refill_headroom", "capacity", &O::refill_headroom,
                    "keep the reserved headroom free by preempting lower jobs in the background"));
   f.push_back(Number("low_guaranteed_share", "capacity", "fraction", 0, 1, "[0, 1]", &O::low_guaranteed_share,
@@ -431,6 +438,7 @@ PolicyOptions HintAwareNoRulesPolicy() {
   c.budget_max_preemptions = 0;
   c.budget_max_lost_gpu_hours = 0;
   c.reserved_headroom = 0;
+  c.headroom_keep_free = false;
   c.refill_headroom = false;
   c.low_guaranteed_share = 0;
   c.reserved_nodes = 0;
@@ -487,6 +495,8 @@ bool PolicyByName(const std::string& name, PolicyOptions* out) {
   } else if (name == "hint-refill") {  // keep 15 % of the GPUs free for high priority, refilled in the background
     p.reserved_headroom = 0.15;
     p.refill_headroom = true;
+    p.headroom_high_window_s = 0;
+    p.headroom_low_restarts = false;
   } else if (name == "hint-noreserve") {  // hint without whole nodes kept for high priority
     p.reserved_nodes = 0;
   } else if (name == "hint-noguard") {  // hint without the high-wait guard

@@ -23,13 +23,22 @@ TEST(Policy, Names) {
   EXPECT_EQ(d.priority_value[2], 1000000);
   EXPECT_EQ(d.priority_value[1], 100);
   EXPECT_EQ(d.priority_value[0], 1);
-  EXPECT_DOUBLE_EQ(d.reserved_headroom, 0);
+  EXPECT_DOUBLE_EQ(d.reserved_headroom, 0.03);
+  EXPECT_TRUE(d.headroom_keep_free);
+  EXPECT_DOUBLE_EQ(d.headroom_high_window_s, 3600);
+  EXPECT_TRUE(d.headroom_low_restarts);
   EXPECT_EQ(d.reserved_nodes, 1);
   EXPECT_DOUBLE_EQ(d.high_wait_guard_s, 30);
   PolicyOptions refill;
   ASSERT_TRUE(PolicyByName("hint-refill", &refill));
   EXPECT_DOUBLE_EQ(refill.reserved_headroom, 0.15);
   EXPECT_TRUE(refill.refill_headroom);
+  EXPECT_DOUBLE_EQ(refill.headroom_high_window_s, 0);  // refilled whatever the high demand
+  EXPECT_FALSE(refill.headroom_low_restarts);
+  // The no-rules preset and the baselines keep no headroom.
+  EXPECT_DOUBLE_EQ(HintAwareNoRulesPolicy().reserved_headroom, 0);
+  EXPECT_FALSE(HintAwareNoRulesPolicy().headroom_keep_free);
+  EXPECT_DOUBLE_EQ(KubernetesPolicy().reserved_headroom, 0);
 }
 
 TEST(Policy, StartsBestFitInPriorityOrder) {
@@ -402,6 +411,66 @@ TEST(Policy, LowGuaranteedShareIsNotPreempted) {
   EXPECT_TRUE(find(Decide(b.st, p), "low"));
 }
 
+// The kept-free headroom (headroom_keep_free): while a high job submitted within
+// headroom_high_window_s is present, non-high work does not start into the reserve's last free
+// GPUs; a low job preempted before may (headroom_low_restarts); high work always may.
+TEST(Policy, HeadroomKeptFreeWhileHighDemandIsRecentTable) {
+  struct Case {
+    const char* name;
+    PriorityClass cls;
+    int gpus;
+    int preempted_before;  // the pending job's earlier preemptions
+    double high_ago_s;     // the running high job was submitted this long ago
+    bool keep_free, low_restarts;
+    double window_s;
+    bool starts;
+    double recheck_at;  // expected Decisions::recheck_at (inf = none)
+  };
+  // 10 GPUs, 20 % reserve = 2 GPUs; 1 high + 6 low running, 3 free.
+  const Case cases[] = {
+      {"low, recent high: would leave 1 free", L, 2, 0, 100, true, true, 3600, false, kNow - 100 + 3600},
+      {"medium, recent high", M, 2, 0, 100, true, true, 3600, false, kNow - 100 + 3600},
+      {"low of 1 GPU leaves the 2 free", L, 1, 0, 100, true, true, 3600, true, INFINITY},
+      {"no high job within the window", L, 2, 0, 5000, true, true, 3600, true, INFINITY},
+      {"window 0: kept free always", L, 2, 0, 5000, true, true, 0, false, INFINITY},
+      {"keep-free off: only the cap (8 non-high)", L, 2, 0, 100, false, true, 3600, true, INFINITY},
+      {"low preempted before restarts into it", L, 2, 1, 100, true, true, 3600, true, INFINITY},
+      {"... not with headroom_low_restarts off", L, 2, 1, 100, true, false, 3600, false, kNow - 100 + 3600},
+      {"medium preempted before does not", M, 2, 1, 100, true, true, 3600, false, kNow - 100 + 3600},
+      {"high takes the reserve", H, 3, 0, 100, true, true, 3600, true, INFINITY},
+  };
+  for (const auto& c : cases) {
+    B b({10});
+    b.run("high", H, 1, 0, c.high_ago_s - 10, MakeHints(1));  // submitted high_ago_s ago
+    b.run("lows", L, 6, 0, 3600, MakeHints(1000));
+    Job& j = b.pend("new", c.cls, c.gpus, 7200);
+    j.preemptions = c.preempted_before;
+    if (c.preempted_before) j.last_preempted = kNow - 7000;
+    PolicyOptions p = Hint();
+    p.reserved_headroom = 0.2;
+    p.headroom_keep_free = c.keep_free;
+    p.headroom_low_restarts = c.low_restarts;
+    p.headroom_high_window_s = c.window_s;
+    Decisions d = Decide(b.st, p);
+    const JobAction* a = find(d, "new");
+    EXPECT_EQ(a != nullptr && a->kind == ActionKind::kStart, c.starts) << c.name << "\n" << Dump(d);
+    if (!c.starts) {
+      EXPECT_TRUE(d.actions.empty()) << c.name << ": waits, preempts nobody\n" << Dump(d);
+    }
+    EXPECT_EQ(d.recheck_at, c.recheck_at) << c.name;
+  }
+  // The defaults keep 3 % (1 GPU of 40) free while high demand is recent.
+  B b({8, 8, 8, 8, 8});
+  b.run("high", H, 1, 0, 100, MakeHints(1));
+  for (int n = 0; n < 5; ++n) b.run("low" + std::to_string(n), L, n == 0 ? 6 : 8, n, 3600, MakeHints(1000));
+  b.pend("new", L, 1);
+  PolicyOptions d;
+  EXPECT_FALSE(find(Decide(b.st, d), "new")) << Dump(Decide(b.st, d));
+  b.st.jobs.pop_back();
+  b.pend("new", H, 1);
+  EXPECT_TRUE(find(Decide(b.st, d), "new"));
+}
+
 TEST(Policy, RefillKeepsReservedHeadroomFree) {
   struct Case {
     const char* name;
@@ -423,6 +492,7 @@ TEST(Policy, RefillKeepsReservedHeadroomFree) {
     PolicyOptions p = Hint();
     p.reserved_headroom = 0.2;
     p.refill_headroom = c.refill;
+    p.headroom_high_window_s = 0;  // refill whatever the high demand (the window has its own test)
     Decisions d = Decide(b.st, p);
     int victims = 0;
     for (const auto& a : d.actions) {
@@ -445,6 +515,7 @@ TEST(Policy, RefillKeepsReservedHeadroomFree) {
   PolicyOptions p = Hint();
   p.reserved_headroom = 0.2;
   p.refill_headroom = true;
+  p.headroom_high_window_s = 0;
   for (const auto& a : Decide(b.st, p).actions) EXPECT_NE(a.kind, ActionKind::kRequestCheckpoint) << a.job;
   // And a pending low job does not start into the reserve.
   B q({10});

@@ -73,6 +73,12 @@ TEST(IndexedPass, SameRunWhenSearchesRunOutAndLowPreempts) {
   p.reserved_headroom = 0.4;
   p.low_guaranteed_share = 0.2;
   ExpectSameRun(t, p, "hint, large reserve");
+  p.headroom_high_window_s = 0;  // kept free always, low restarts into it
+  ExpectSameRun(t, p, "hint, large reserve kept free");
+  p.headroom_low_restarts = false;
+  ExpectSameRun(t, p, "hint, large reserve kept free, no low restarts");
+  p.headroom_high_window_s = 3600;
+  p.headroom_low_restarts = true;
   ASSERT_TRUE(PolicyFromJson(R"({"suspend":{"class":"medium","from_s":20000,"to_s":50000,"period_s":86400}})", &p).ok());
   ExpectSameRun(t, p, "hint, medium suspended in a window");
   ASSERT_TRUE(PolicyByName("k8s", &p));

@@ -138,11 +138,22 @@ struct PolicyOptions {
   double budget_max_lost_gpu_hours = 0;  // estimated lost GPU-hours per queue per window (0 = unlimited)
 
   // --- capacity.
-  // Fraction of all GPUs that only high priority may take. 0 by default: the whole nodes below
-  // (reserved_nodes) keep room for high arrivals where it matters, and a fraction of GPUs held back
-  // from lower jobs starved them on the development set (benchmarks/sched/results/NOTES.md).
-  double reserved_headroom = 0;
-  bool refill_headroom = false;     // keep that fraction free: preempt lower jobs in the background
+  // Fraction of all GPUs that only high priority may take: non-high work holds at most the rest,
+  // and (headroom_keep_free) does not start into the last free GPUs of the reserve while high
+  // demand is recent, so a small high arrival finds a free GPU instead of evicting someone.
+  // 3 % (floor: 1 GPU on 40-64 GPUs, 3 on 128) was chosen on the tuning and development sets
+  // (benchmarks/sched/results/NOTES.md).
+  double reserved_headroom = 0.03;
+  // Non-high work does not start when it would leave fewer free GPUs than the reserve (GPUs of
+  // unclaimed victims already leaving count as free) ...
+  bool headroom_keep_free = true;
+  // ... while a high job submitted within this long is pending or running (0 = always) ...
+  double headroom_high_window_s = 3600;
+  // ... except a low job preempted before: it restarts into the reserve (held back again, its
+  // delay grows towards starvation).
+  bool headroom_low_restarts = true;
+  // Keep the reserve free by preempting lower jobs in the background (implies keeping it free).
+  bool refill_headroom = false;
   double low_guaranteed_share = 0;  // low may always hold this fraction; never preempted below it
   // Whole nodes kept free for high priority: a job below high priority whose restore costs at
   // least reserved_nodes_min_restore_gpu_s (GPUs x restore time) does not start on a node with
