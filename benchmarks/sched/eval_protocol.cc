@@ -227,6 +227,33 @@ const SyntheticSpec kFirstEvaluationSynthetic[] = {
     {101, 16, 1.0, 0.2}, {102, 16, 1.5, 0.2}, {103, 8, 1.2, 0.2},   {104, 24, 1.2, 0.2},  {105, 16, 1.2, 0.1},
     {106, 16, 1.2, 0.35}, {107, 8, 1.5, 0.35}, {108, 24, 1.0, 0.1}, {109, 16, 1.3, 0.25}, {110, 12, 1.1, 0.2}};
 
+
+// The recipes of development set 2 drawn again, once per (Alibaba seed offset, synthetic seed
+// offset) pair, labelled "<prefix>-ali-<variant>" and "<prefix>-syn-…". The one unseeded recipe
+// (arrivals x1.25) keeps 90 % of the jobs so that its seed acts.
+template <size_t N>
+Status AddDraws(const std::string& dir, const char* prefix, const std::pair<uint64_t, uint64_t> (&offsets)[N],
+                std::vector<ProtocolTrace>* out) {
+  out->clear();
+  for (const auto& [ali_offset, syn_offset] : offsets) {
+    if (!dir.empty()) {
+      for (const AlibabaSpec& a : kFirstEvaluationAlibaba) {
+        AlibabaVariant v = a.v;
+        const bool unseeded = v.multi_share == 0 && v.medium == 0 && v.keep == 1;  // only the rate changed
+        if (unseeded) v.keep = 0.9;
+        v.seed += ali_offset;
+        PREEMPT_RETURN_IF_ERROR(AddAlibaba(dir, std::string(prefix) + "-ali-" + VariantName(v), v, out));
+      }
+    }
+    for (const SyntheticSpec& b : kFirstEvaluationSynthetic) {
+      SyntheticSpec sp = b;
+      sp.seed = b.seed + syn_offset;
+      AddSyntheticSpec(prefix, sp, out);
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 // Development set 2: the first evaluation set (its labels were "eval-..."). Settings were chosen
@@ -236,55 +263,28 @@ Status DevelopmentSet2(const std::string& dir, std::vector<ProtocolTrace>* out) 
 }
 
 // Development set 3: the same recipes twice more, with seeds no other set uses (Alibaba + 200 and
-// + 300, synthetic + 300 and + 400; arrivals x1.25 keeps 90 % of the jobs so that its seed
-// acts): 48 traces, so that a choice is checked on several draws of each recipe.
+// + 300, synthetic + 300 and + 400): 48 traces, so that a choice is checked on several draws of
+// each recipe.
 Status DevelopmentSet3(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  out->clear();
-  for (const uint64_t offset : {200, 300}) {
-    if (!dir.empty()) {
-      for (const AlibabaSpec& a : kFirstEvaluationAlibaba) {
-        AlibabaVariant v = a.v;
-        const bool unseeded = v.multi_share == 0 && v.medium == 0 && v.keep == 1;  // only the rate changed
-        if (unseeded) v.keep = 0.9;
-        v.seed += offset;
-        PREEMPT_RETURN_IF_ERROR(AddAlibaba(dir, "dev3-ali-" + VariantName(v), v, out));
-      }
-    }
-    for (const SyntheticSpec& b : kFirstEvaluationSynthetic) {
-      SyntheticSpec sp = b;
-      sp.seed = b.seed + offset + 100;
-      AddSyntheticSpec("dev3", sp, out);
-    }
-  }
-  return Status::OK();
+  static const std::pair<uint64_t, uint64_t> offsets[] = {{200, 300}, {300, 400}};
+  return AddDraws(dir, "dev3", offsets, out);
 }
 
-// Declared on 2026-12-06, before any policy ran on it: the recipes of the set above (the first
-// evaluation set, now development set 2), each with a seed none of the sets used (Alibaba seeds
-// + 100, synthetic seeds + 200; the one unseeded recipe, arrivals x1.25, keeps 90 % of the jobs
-// so that its seed acts). The same kinds of workload with fresh randomness.
+// Development set 4: the second evaluation set (declared on 2026-12-06 in d6f8023, labels
+// "eval-…"), run once with the defaults of that day: the recipes of development set 2 with
+// Alibaba seeds + 100 and synthetic seeds + 200. Spent by its run; settings may be chosen on it.
+Status DevelopmentSet4(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  static const std::pair<uint64_t, uint64_t> offsets[] = {{100, 200}};
+  return AddDraws(dir, "dev4", offsets, out);
+}
+
+// The evaluation set, declared on 2026-12-06 (second round) before any policy ran on it: the
+// recipes of development set 2 drawn three more times with seeds no other set used (Alibaba
+// + 400, + 500, + 600; synthetic + 500, + 600, + 700): 72 traces. Run once with the defaults chosen
+// on the tuning set and development sets 1-3.
 Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  static const AlibabaSpec ali[] = {
-      {"eval-ali-multi50-s111-x1.3", {0.5, 0, 1, 1, 111, 1.3}},
-      {"eval-ali-multi50-s112-x2.0", {0.5, 0, 1, 1, 112, 2.0}},
-      {"eval-ali-multi50-s113-x1.5", {0.5, 0, 1, 1, 113, 1.5}},
-      {"eval-ali-multi50-s114-x1.8", {0.5, 0, 1, 1, 114, 1.8}},
-      {"eval-ali-multi35-s121-x1.5", {0.35, 0, 1, 1, 121, 1.5}},
-      {"eval-ali-multi35-s122-x2.0", {0.35, 0, 1, 1, 122, 2.0}},
-      {"eval-ali-multi25-s131-x1.7", {0.25, 0, 1, 1, 131, 1.7}},
-      {"eval-ali-rate1.25-keep90-s101-x1.5", {0, 0, 1.25, 0.9, 101, 1.5}},
-      {"eval-ali-rate2-keep60-s132-x1.3", {0, 0, 2, 0.6, 132, 1.3}},
-      {"eval-ali-medium30-s141-x1.5", {0, 0.3, 1, 1, 141, 1.5}},
-      {"eval-ali-medium30-s142-x2.0", {0, 0.3, 1, 1, 142, 2.0}},
-      {"eval-ali-keep70-s143-x1.5", {0, 0, 1, 0.7, 143, 1.5}},
-      {"eval-ali-keep70-s144-x1.8", {0, 0, 1, 0.7, 144, 1.8}},
-      {"eval-ali-multi50-medium30-s151-x1.5", {0.5, 0.3, 1, 1, 151, 1.5}},
-  };
-  static const SyntheticSpec syn[] = {{301, 16, 1.0, 0.2},  {302, 16, 1.5, 0.2},  {303, 8, 1.2, 0.2},
-                                      {304, 24, 1.2, 0.2},  {305, 16, 1.2, 0.1},  {306, 16, 1.2, 0.35},
-                                      {307, 8, 1.5, 0.35},  {308, 24, 1.0, 0.1},  {309, 16, 1.3, 0.25},
-                                      {310, 12, 1.1, 0.2}};
-  return AddSet(dir, "eval", ali, syn, out);
+  static const std::pair<uint64_t, uint64_t> offsets[] = {{400, 500}, {500, 600}, {600, 700}};
+  return AddDraws(dir, "eval", offsets, out);
 }
 
 Status DevelopmentSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
@@ -436,6 +436,7 @@ const ProtocolSet kProtocolSets[] = {{"tuning", TuningSet},
                                      {"development", DevelopmentSet},
                                      {"development2", DevelopmentSet2},
                                      {"development3", DevelopmentSet3},
+                                     {"development4", DevelopmentSet4},
                                      {"evaluation", EvaluationSet}};
 }  // namespace
 

@@ -41,6 +41,9 @@ Status DevelopmentSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>
 Status DevelopmentSet2(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 // Development set 3: development set 2's recipes with two more fresh seeds each (48 traces).
 Status DevelopmentSet3(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
+// Development set 4: the second evaluation set (the same recipes, one more seed each), spent by
+// its one run; the evaluation set now draws the recipes three more times (72 traces).
+Status DevelopmentSet4(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 
 // The targets on one trace: the policy under test against the two baselines.
 struct TargetResult {
@@ -76,7 +79,7 @@ std::string ProtocolSetNames();
 bool IsProtocolSet(const std::string& name);
 
 // Runs the sets named by `which` ("tuning", "development", "development2", "development3",
-// "evaluation", or
+// "development4", "evaluation", or
 // "both": tuning and evaluation) with the policy under test
 // and SimOptions' defaults (30 s grace, victims run the preempt runtime): the protocol per set, and
 // the capacity report for the tuning set's Alibaba traces (unless !capacity_report). Writes
