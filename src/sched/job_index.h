@@ -11,8 +11,9 @@
 // ways), with one difference of form: under FCFS the pending high-priority jobs passed over are
 // not listed in Decisions::waits; every one of them would be blocked with WaitCause::kOther.
 //
-// The caller updates the index whenever a job's phase, index, class, GPUs, submit time or last
-// preemption (or preemption count) changes (JobIndex::Remove before, JobIndex::Add after). Not thread-safe; Decide reads it.
+// The caller updates the index whenever a job's phase, index, class, GPUs, submit time, last
+// preemption or preemption count changes (JobIndex::Remove before, JobIndex::Add after). Not
+// thread-safe; Decide reads it.
 #pragma once
 
 #include <map>
