@@ -165,8 +165,9 @@ class Placer {
       }
       return start_on(ji, node, "best fit");
     }
-    // A non-high job blocked by the headroom may still preempt lower jobs: it then only replaces
-    // non-high GPUs (ClusterRules::Feasible).
+    // It fits, but the headroom holds it back: it waits rather than preempting lower work. (A job
+    // that fits nowhere may preempt; its victims then only replace non-high GPUs:
+    // ClusterRules::feasible.)
     return true;
   }
 
