@@ -278,10 +278,10 @@ Status DevelopmentSet4(const std::string& dir, std::vector<ProtocolTrace>* out) 
   return AddDraws(dir, "dev4", offsets, out);
 }
 
-// The evaluation set, declared on 2026-12-06 (second round) before any policy ran on it: the
-// recipes of development set 2 drawn three more times with seeds no other set used (Alibaba
-// + 400, + 500, + 600; synthetic + 500, + 600, + 700): 72 traces. Run once with the defaults chosen
-// on the tuning set and development sets 1-3.
+// The evaluation set, declared on 2026-12-06 (after the second one's run) before any policy ran
+// on it: the recipes of development set 2 drawn three more times with seeds no other set used
+// (Alibaba + 400, + 500, + 600; synthetic + 500, + 600, + 700): 72 traces. Run once with the
+// defaults chosen on the tuning set and development sets 1-3.
 Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
   static const std::pair<uint64_t, uint64_t> offsets[] = {{400, 500}, {500, 600}, {600, 700}};
   return AddDraws(dir, "eval", offsets, out);
