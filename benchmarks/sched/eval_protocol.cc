@@ -227,7 +227,6 @@ const SyntheticSpec kFirstEvaluationSynthetic[] = {
     {101, 16, 1.0, 0.2}, {102, 16, 1.5, 0.2}, {103, 8, 1.2, 0.2},   {104, 24, 1.2, 0.2},  {105, 16, 1.2, 0.1},
     {106, 16, 1.2, 0.35}, {107, 8, 1.5, 0.35}, {108, 24, 1.0, 0.1}, {109, 16, 1.3, 0.25}, {110, 12, 1.1, 0.2}};
 
-
 // The recipes of development set 2 drawn again, once per (Alibaba seed offset, synthetic seed
 // offset) pair, labelled "<prefix>-ali-<variant>" and "<prefix>-syn-…". The one unseeded recipe
 // (arrivals x1.25) keeps 90 % of the jobs so that its seed acts.

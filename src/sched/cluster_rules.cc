@@ -97,9 +97,13 @@ bool ClusterRules::headroom_allows(const Job& j) const {
   return ok;
 }
 
+bool ClusterRules::headroom_keep_free_on() const {
+  return p_.reserve > 0 && (p_.cfg.headroom_keep_free || p_.cfg.refill_headroom);
+}
+
 bool ClusterRules::headroom_kept_free() const {
   const PolicyOptions& cfg = p_.cfg;
-  if (p_.reserve <= 0 || !(cfg.headroom_keep_free || cfg.refill_headroom)) return false;
+  if (!headroom_keep_free_on()) return false;
   if (cfg.headroom_high_window_s <= 0) return true;
   const double until = last_high_submit() + cfg.headroom_high_window_s;
   if (p_.now >= until) return false;  // no recent high demand

@@ -43,8 +43,10 @@ class ClusterRules {
 
   // May non-high job j start on free GPUs now (the reserved headroom, low's share)?
   bool headroom_allows(const Job& j) const;
-  // Is the reserved headroom kept free now: headroom_keep_free or refill_headroom, and a high job
-  // submitted within headroom_high_window_s present? Asks for a recheck when that window closes.
+  // Is a reserved headroom kept free at all (a reserve, and headroom_keep_free or refill_headroom)?
+  bool headroom_keep_free_on() const;
+  // ... and now: a high job submitted within headroom_high_window_s present? Asks for a recheck
+  // when that window closes.
   bool headroom_kept_free() const;
   // Is `node` (where non-high job j fits) one of the whole nodes reserved for high priority
   // (PolicyOptions::reserved_nodes) that j must stay off?

@@ -22,7 +22,7 @@ PendingWalk::PendingWalk(const PassState& pass, const ClusterRules& rules, const
   }
   // Low jobs preempted before may restart into the kept-free headroom, which keeps their group
   // out otherwise (PolicyOptions::headroom_low_restarts).
-  if (p_.reserve > 0 && p_.cfg.headroom_low_restarts && (p_.cfg.headroom_keep_free || p_.cfg.refill_headroom))
+  if (p_.cfg.headroom_low_restarts && rules_.headroom_keep_free_on())
     for (int i : index.pending_preempted(static_cast<int>(PriorityClass::kLow))) one_by_one.push_back(i);
   for (const auto& [ji, node] : awaiting.node) one_by_one.push_back(ji);
   for (int i : index.placed())
