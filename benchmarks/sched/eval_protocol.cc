@@ -277,12 +277,21 @@ Status DevelopmentSet4(const std::string& dir, std::vector<ProtocolTrace>* out) 
   return AddDraws(dir, "dev4", offsets, out);
 }
 
-// The evaluation set, declared on 2026-12-06 (after the second one's run) before any policy ran
-// on it: the recipes of development set 2 drawn three more times with seeds no other set used
-// (Alibaba + 400, + 500, + 600; synthetic + 500, + 600, + 700): 72 traces. Run once with the
-// defaults chosen on the tuning set and development sets 1-3.
-Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+// Development set 5: the third evaluation set (declared on 2026-12-06 in 3e95c9a, labels
+// "eval-…"), run once with the defaults of that day: the recipes of development set 2 with Alibaba
+// seeds + 400, + 500, + 600 and synthetic seeds + 500, + 600, + 700 (72 traces). Spent by its run;
+// settings may be chosen on it.
+Status DevelopmentSet5(const std::string& dir, std::vector<ProtocolTrace>* out) {
   static const std::pair<uint64_t, uint64_t> offsets[] = {{400, 500}, {500, 600}, {600, 700}};
+  return AddDraws(dir, "dev5", offsets, out);
+}
+
+// The evaluation set, declared on 2026-12-06 (after the third one's run) before any policy ran on
+// it: the recipes of development set 2 drawn three more times with seeds no other set used
+// (Alibaba + 700, + 800, + 900; synthetic + 800, + 900, + 1000): 72 traces. Run once with the
+// defaults chosen on the tuning set and development sets 1-5.
+Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  static const std::pair<uint64_t, uint64_t> offsets[] = {{700, 800}, {800, 900}, {900, 1000}};
   return AddDraws(dir, "eval", offsets, out);
 }
 
@@ -436,6 +445,7 @@ const ProtocolSet kProtocolSets[] = {{"tuning", TuningSet},
                                      {"development2", DevelopmentSet2},
                                      {"development3", DevelopmentSet3},
                                      {"development4", DevelopmentSet4},
+                                     {"development5", DevelopmentSet5},
                                      {"evaluation", EvaluationSet}};
 }  // namespace
 
