@@ -43,15 +43,18 @@ bool PendingWalk::before(const Pos& a, const Pos& b) const {
   return *a.key < *b.key;
 }
 
-// True when no job of this group (class, GPU count) that is not visited one by one can change the
-// pass now: Placer::Place would only block it (or, under FCFS, list it as blocked).
-bool PendingWalk::inert(int cls, int gpus) {
+// True when no job of this group (class, GPU count), from the one submitted at `submit` on, that is
+// not visited one by one can change the pass now: Placer::Place would only block it (or, under
+// FCFS, list it as blocked). The group is in submission order, so a low job that has not waited
+// long enough to enter the headroom (PolicyOptions::headroom_low_wait_s) has none after it that has.
+bool PendingWalk::inert(int cls, int gpus, double submit) {
   const PolicyOptions& cfg = p_.cfg;
   if (cls == static_cast<int>(PriorityClass::kHigh) && !fcfs_) return false;
   if (p_.suspended[cls]) return true;  // waits for its window to close
   if (gpus <= 0 || gpus > p_.max_node) return true;  // can never fit
   probe_.cls = static_cast<PriorityClass>(cls);
   probe_.gpus = gpus;
+  probe_.submit_time = submit;
   if (p_.best_fit(gpus) >= 0) return !rules_.headroom_allows(probe_);  // starts, or waits for the reserve
   if (fcfs_ || !cfg.preempts_lower[cls]) return true;
   return *searches_ >= cfg.max_preemptors_per_pass;
@@ -76,7 +79,7 @@ int PendingWalk::next() {
     if (!k) continue;
     const Pos pos{cls, k};
     if (best.key && !before(pos, best)) continue;
-    if (inert(cls, k->index >= 0 ? p_.jobs[k->index].gpus : 0)) continue;
+    if (inert(cls, k->index >= 0 ? p_.jobs[k->index].gpus : 0, k->submit)) continue;
     best = pos;
   }
   if (!best.key) return -1;

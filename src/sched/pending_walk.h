@@ -37,7 +37,7 @@ class PendingWalk {
     const PendingKey* key = nullptr;
   };
   bool before(const Pos& a, const Pos& b) const;
-  bool inert(int cls, int gpus);
+  bool inert(int cls, int gpus, double submit);
   const PendingKey* next_in(int cls, const std::set<PendingKey>& group) const;
 
   const PassState& p_;
@@ -48,7 +48,7 @@ class PendingWalk {
   std::vector<Pos> visit_;  // jobs always visited, in scheduling order
   size_t visit_pos_ = 0;
   Pos cur_;                 // the last job returned (key null before the first)
-  Job probe_;               // class and GPUs of a group, for the headroom rule
+  Job probe_;               // class, GPUs and submission of a group's job, for the headroom rule
 };
 
 }  // namespace preempt::sched

@@ -305,6 +305,9 @@ std::vector<Field> MakeFields() {
                       "(0 = always)"));
   f.push_back(Flag("headroom_low_restarts", "capacity", &O::headroom_low_restarts,
                    "a low job preempted before may restart into the kept-free headroom"));
+  f.push_back(Seconds("headroom_low_wait_s", "capacity", &O::headroom_low_wait_s,
+                      "a low job no larger than the headroom that has waited this long since submission may take "
+                      "one GPU of it (0 = never)"));
   f.push_back(Flag("refill_headroom", "capacity", &O::refill_headroom,
                    "keep the reserved headroom free by preempting lower jobs in the background"));
   f.push_back(Number("low_guaranteed_share", "capacity", "fraction", 0, 1, "[0, 1]", &O::low_guaranteed_share,
@@ -497,6 +500,7 @@ bool PolicyByName(const std::string& name, PolicyOptions* out) {
     p.refill_headroom = true;
     p.headroom_high_window_s = 0;
     p.headroom_low_restarts = false;
+    p.headroom_low_wait_s = 0;
   } else if (name == "hint-noreserve") {  // hint without whole nodes kept for high priority
     p.reserved_nodes = 0;
   } else if (name == "hint-noguard") {  // hint without the high-wait guard

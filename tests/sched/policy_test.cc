@@ -27,14 +27,17 @@ TEST(Policy, Names) {
   EXPECT_TRUE(d.headroom_keep_free);
   EXPECT_DOUBLE_EQ(d.headroom_high_window_s, 3600);
   EXPECT_TRUE(d.headroom_low_restarts);
+  EXPECT_DOUBLE_EQ(d.headroom_low_wait_s, 14400);
   EXPECT_EQ(d.reserved_nodes, 1);
   EXPECT_DOUBLE_EQ(d.high_wait_guard_s, 30);
+  EXPECT_DOUBLE_EQ(d.high_wait_guard_window_s, 4 * 86400.0);
   PolicyOptions refill;
   ASSERT_TRUE(PolicyByName("hint-refill", &refill));
   EXPECT_DOUBLE_EQ(refill.reserved_headroom, 0.15);
   EXPECT_TRUE(refill.refill_headroom);
   EXPECT_DOUBLE_EQ(refill.headroom_high_window_s, 0);  // refilled whatever the high demand
   EXPECT_FALSE(refill.headroom_low_restarts);
+  EXPECT_DOUBLE_EQ(refill.headroom_low_wait_s, 0);
   // The no-rules preset and the baselines keep no headroom.
   EXPECT_DOUBLE_EQ(HintAwareNoRulesPolicy().reserved_headroom, 0);
   EXPECT_FALSE(HintAwareNoRulesPolicy().headroom_keep_free);
@@ -413,7 +416,8 @@ TEST(Policy, LowGuaranteedShareIsNotPreempted) {
 
 // The kept-free headroom (headroom_keep_free): while a high job submitted within
 // headroom_high_window_s is present, non-high work does not start into the reserve's last free
-// GPUs; a low job preempted before may (headroom_low_restarts); high work always may.
+// GPUs; a low job preempted before may (headroom_low_restarts), and so may a low job no larger
+// than the reserve once it has waited headroom_low_wait_s; high work always may.
 TEST(Policy, HeadroomKeptFreeWhileHighDemandIsRecentTable) {
   struct Case {
     const char* name;
@@ -423,27 +427,34 @@ TEST(Policy, HeadroomKeptFreeWhileHighDemandIsRecentTable) {
     double high_ago_s;     // the running high job was submitted this long ago
     bool keep_free, low_restarts;
     double window_s;
+    double waited_s, low_wait_s;  // the pending job's wait since submission; headroom_low_wait_s
     bool starts;
     double recheck_at;  // expected Decisions::recheck_at (inf = none)
   };
+  const double window_end = kNow - 100 + 3600;
   // 10 GPUs, 20 % reserve = 2 GPUs; 1 high + 6 low running, 3 free.
   const Case cases[] = {
-      {"low, recent high: would leave 1 free", L, 2, 0, 100, true, true, 3600, false, kNow - 100 + 3600},
-      {"medium, recent high", M, 2, 0, 100, true, true, 3600, false, kNow - 100 + 3600},
-      {"low of 1 GPU leaves the 2 free", L, 1, 0, 100, true, true, 3600, true, INFINITY},
-      {"no high job within the window", L, 2, 0, 5000, true, true, 3600, true, INFINITY},
-      {"window 0: kept free always", L, 2, 0, 5000, true, true, 0, false, INFINITY},
-      {"keep-free off: only the cap (8 non-high)", L, 2, 0, 100, false, true, 3600, true, INFINITY},
-      {"low preempted before restarts into it", L, 2, 1, 100, true, true, 3600, true, INFINITY},
-      {"... not with headroom_low_restarts off", L, 2, 1, 100, true, false, 3600, false, kNow - 100 + 3600},
-      {"medium preempted before does not", M, 2, 1, 100, true, true, 3600, false, kNow - 100 + 3600},
-      {"high takes the reserve", H, 3, 0, 100, true, true, 3600, true, INFINITY},
+      {"low, recent high: would leave 1 free", L, 2, 0, 100, true, true, 3600, 7200, 0, false, window_end},
+      {"medium, recent high", M, 2, 0, 100, true, true, 3600, 7200, 0, false, window_end},
+      {"low of 1 GPU leaves the 2 free", L, 1, 0, 100, true, true, 3600, 7200, 0, true, INFINITY},
+      {"no high job within the window", L, 2, 0, 5000, true, true, 3600, 7200, 0, true, INFINITY},
+      {"window 0: kept free always", L, 2, 0, 5000, true, true, 0, 7200, 0, false, INFINITY},
+      {"keep-free off: only the cap (8 non-high)", L, 2, 0, 100, false, true, 3600, 7200, 0, true, INFINITY},
+      {"low preempted before restarts into it", L, 2, 1, 100, true, true, 3600, 7200, 0, true, INFINITY},
+      {"... not with headroom_low_restarts off", L, 2, 1, 100, true, false, 3600, 7200, 0, false, window_end},
+      {"medium preempted before does not", M, 2, 1, 100, true, true, 3600, 7200, 0, false, window_end},
+      {"high takes the reserve", H, 3, 0, 100, true, true, 3600, 7200, 0, true, INFINITY},
+      {"low waiting 4 h enters", L, 2, 0, 100, true, true, 3600, 14400, 14400, true, INFINITY},
+      {"low waiting 3.5 h: held, rechecked at 4 h", L, 2, 0, 100, true, true, 3600, 12600, 14400, false, kNow + 1800},
+      {"... window 0: held, rechecked at 4 h", L, 2, 0, 5000, true, true, 0, 12600, 14400, false, kNow + 1800},
+      {"medium waiting 4 h does not enter", M, 2, 0, 100, true, true, 3600, 14400, 14400, false, window_end},
+      {"headroom_low_wait_s 0: never by its wait", L, 2, 0, 100, true, true, 3600, 86400, 0, false, window_end},
   };
   for (const auto& c : cases) {
     B b({10});
     b.run("high", H, 1, 0, c.high_ago_s - 10, MakeHints(1));  // submitted high_ago_s ago
     b.run("lows", L, 6, 0, 3600, MakeHints(1000));
-    Job& j = b.pend("new", c.cls, c.gpus, 7200);
+    Job& j = b.pend("new", c.cls, c.gpus, c.waited_s);
     j.preemptions = c.preempted_before;
     if (c.preempted_before) j.last_preempted = kNow - 7000;
     PolicyOptions p = Hint();
@@ -451,6 +462,7 @@ TEST(Policy, HeadroomKeptFreeWhileHighDemandIsRecentTable) {
     p.headroom_keep_free = c.keep_free;
     p.headroom_low_restarts = c.low_restarts;
     p.headroom_high_window_s = c.window_s;
+    p.headroom_low_wait_s = c.low_wait_s;
     Decisions d = Decide(b.st, p);
     const JobAction* a = find(d, "new");
     EXPECT_EQ(a != nullptr && a->kind == ActionKind::kStart, c.starts) << c.name << "\n" << Dump(d);
@@ -458,6 +470,26 @@ TEST(Policy, HeadroomKeptFreeWhileHighDemandIsRecentTable) {
       EXPECT_TRUE(d.actions.empty()) << c.name << ": waits, preempts nobody\n" << Dump(d);
     }
     EXPECT_EQ(d.recheck_at, c.recheck_at) << c.name;
+  }
+  // A low job that waited takes one GPU of the reserve (2 of 10) at a time, and only when it is no
+  // larger than the reserve.
+  const struct {
+    int high_running, lows_running, gpus;  // GPUs the running jobs hold; the waiting low job's
+    bool starts;
+  } takes[] = {{1, 7, 1, true}, {2, 6, 1, true}, {2, 6, 2, false}, {1, 6, 2, true}, {1, 5, 3, false}};
+  for (const auto& c : takes) {
+    B b({10});
+    b.run("high", H, c.high_running, 0, 90, MakeHints(1));
+    b.run("lows", L, c.lows_running, 0, 3600, MakeHints(1000));
+    b.pend("new", L, c.gpus, 14400);
+    PolicyOptions p = Hint();
+    p.reserved_headroom = 0.2;
+    p.headroom_keep_free = true;
+    p.headroom_low_wait_s = 14400;
+    Decisions d = Decide(b.st, p);
+    EXPECT_EQ(find(d, "new") != nullptr, c.starts)
+        << c.high_running << " + " << c.lows_running << " GPUs held, " << c.gpus << " wanted\n" << Dump(d);
+    if (!c.starts) EXPECT_EQ(d.recheck_at, kNow - 100 + 3600) << "the window's end, not the wait's\n" << Dump(d);
   }
   // The defaults keep 3 % (1 GPU of 40) free while high demand is recent.
   B b({8, 8, 8, 8, 8});

@@ -77,6 +77,13 @@ TEST(IndexedPass, SameRunWhenSearchesRunOutAndLowPreempts) {
   ExpectSameRun(t, p, "hint, large reserve kept free");
   p.headroom_low_restarts = false;
   ExpectSameRun(t, p, "hint, large reserve kept free, no low restarts");
+  p.headroom_low_wait_s = 0;
+  ExpectSameRun(t, p, "hint, large reserve kept free, no low job enters");
+  p.headroom_low_wait_s = 1800;  // low jobs enter after half an hour (rechecked then)
+  ExpectSameRun(t, p, "hint, large reserve kept free, low jobs enter after a wait");
+  p.headroom_low_restarts = true;
+  ExpectSameRun(t, p, "hint, large reserve kept free, low restarts and waits");
+  p.headroom_low_wait_s = 14400;
   p.headroom_high_window_s = 3600;
   p.headroom_low_restarts = true;
   ASSERT_TRUE(PolicyFromJson(R"({"suspend":{"class":"medium","from_s":20000,"to_s":50000,"period_s":86400}})", &p).ok());

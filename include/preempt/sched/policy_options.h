@@ -112,11 +112,12 @@ struct PolicyOptions {
   // would put more than high_wait_guard_fraction of them late, while no more than
   // high_wait_guard_hopeless_fraction are late already (past that the target is lost for this
   // window and kills would not bring it back). Wait first, pay lost work only when the p95 is in
-  // danger. 0 s = off. Chosen on the tuning and development sets (benchmarks/sched/results/NOTES.md).
+  // danger. 0 s = off. Chosen on the tuning and development sets (benchmarks/sched/results/NOTES.md):
+  // the 4-day window lets the guard act on clusters with fewer than min_jobs high arrivals a day.
   double high_wait_guard_s = 30;
   double high_wait_guard_fraction = 0.04;
   double high_wait_guard_hopeless_fraction = 0.1;
-  double high_wait_guard_window_s = 86400;  // at most kHighStartLogSpanS (7 days)
+  double high_wait_guard_window_s = 4 * 86400.0;  // at most kHighStartLogSpanS (7 days)
   int high_wait_guard_min_jobs = 100;
 
   // --- anti-thrashing and anti-starvation.
@@ -150,8 +151,13 @@ struct PolicyOptions {
   // ... while a high job submitted within this long is pending or running (0 = always) ...
   double headroom_high_window_s = 3600;
   // ... except a low job preempted before: it restarts into the reserve (held back again, its
-  // delay grows towards starvation).
+  // delay grows towards starvation) ...
   bool headroom_low_restarts = true;
+  // ... and a low job no larger than the reserve that has waited this long since it was submitted
+  // (0 = never), taking at most one GPU of the reserve (it leaves all but one free): held back
+  // longer, a short job would starve behind a reserve kept for hours of steady high arrivals. 4 h
+  // was chosen on the tuning and development sets (benchmarks/sched/results/NOTES.md).
+  double headroom_low_wait_s = 14400;
   // Keep the reserve free by preempting lower jobs in the background (implies keeping it free).
   bool refill_headroom = false;
   double low_guaranteed_share = 0;  // low may always hold this fraction; never preempted below it
