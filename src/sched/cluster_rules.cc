@@ -89,20 +89,21 @@ bool ClusterRules::headroom_allows(const Job& j) const {
   bool within_share = j.cls == PriorityClass::kLow && placed[0] + j.gpus <= p_.low_share;
   bool ok = within_share || nonhigh + j.gpus <= p_.nonhigh_cap;
   // While the reserve is kept free, non-high work does not start into it; some low jobs may.
-  if (!ok || within_share || p_.free_sum() + p_.leaving_unclaimed - j.gpus >= p_.reserve) return ok;
-  const double exempt_at = low_exempt_at(j);
+  const int left_free = p_.free_sum() + p_.leaving_unclaimed - j.gpus;
+  if (!ok || within_share || left_free >= p_.reserve) return ok;
+  const double exempt_at = low_exempt_at(j, left_free);
   if (p_.now >= exempt_at || !headroom_kept_free()) return true;
   if (exempt_at < kInf) p_.recheck(exempt_at);  // held until then
   return false;
 }
 
-double ClusterRules::low_exempt_at(const Job& j) const {
+double ClusterRules::low_exempt_at(const Job& j, int left_free) const {
   if (j.cls != PriorityClass::kLow) return kInf;
   const PolicyOptions& cfg = p_.cfg;
   if (cfg.headroom_low_restarts && j.preemptions > 0) return -kInf;  // preempted before
   if (cfg.headroom_low_wait_s <= 0 || j.gpus > p_.reserve) return kInf;
   // One GPU of the reserve at a time goes to waiting low jobs.
-  if (p_.free_sum() + p_.leaving_unclaimed - j.gpus < p_.reserve - 1) return kInf;
+  if (left_free < p_.reserve - 1) return kInf;
   return j.submit_time + cfg.headroom_low_wait_s;
 }
 

@@ -45,8 +45,9 @@ class ClusterRules {
   bool headroom_allows(const Job& j) const;
   // From when may low job j start into the kept-free headroom (-inf: now; inf: never)? At once when
   // preempted before (headroom_low_restarts); headroom_low_wait_s after its submission when no
-  // larger than the reserve and leaving all of the reserve but one GPU free.
-  double low_exempt_at(const Job& j) const;
+  // larger than the reserve and leaving all of the reserve but one GPU free (`left_free`: the free
+  // GPUs, leaving-unclaimed ones included, once j started).
+  double low_exempt_at(const Job& j, int left_free) const;
   // Is a reserved headroom kept free at all (a reserve, and headroom_keep_free or refill_headroom)?
   bool headroom_keep_free_on() const;
   // ... and now: a high job submitted within headroom_high_window_s present? Asks for a recheck
