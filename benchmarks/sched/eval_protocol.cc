@@ -286,12 +286,21 @@ Status DevelopmentSet5(const std::string& dir, std::vector<ProtocolTrace>* out) 
   return AddDraws(dir, "dev5", offsets, out);
 }
 
-// The evaluation set, declared on 2026-12-06 (after the third one's run) before any policy ran on
-// it: the recipes of development set 2 drawn three more times with seeds no other set used
-// (Alibaba + 700, + 800, + 900; synthetic + 800, + 900, + 1000): 72 traces. Run once with the
-// defaults chosen on the tuning set and development sets 1-5.
-Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+// Development set 6: the fourth evaluation set (declared on 2026-12-06 in 173f4af, labels
+// "eval-…"), run once with the defaults of that day: the recipes of development set 2 with Alibaba
+// seeds + 700, + 800, + 900 and synthetic seeds + 800, + 900, + 1000 (72 traces). Spent by its
+// run; settings may be chosen on it.
+Status DevelopmentSet6(const std::string& dir, std::vector<ProtocolTrace>* out) {
   static const std::pair<uint64_t, uint64_t> offsets[] = {{700, 800}, {800, 900}, {900, 1000}};
+  return AddDraws(dir, "dev6", offsets, out);
+}
+
+// The evaluation set, declared on 2026-12-06 (after the fourth one's run) before any policy ran on
+// it: the recipes of development set 2 drawn three more times with seeds no other set used
+// (Alibaba + 1000, + 1100, + 1200; synthetic + 1100, + 1200, + 1300): 72 traces. Run once with the
+// defaults chosen on the tuning set and development sets 1-6.
+Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  static const std::pair<uint64_t, uint64_t> offsets[] = {{1000, 1100}, {1100, 1200}, {1200, 1300}};
   return AddDraws(dir, "eval", offsets, out);
 }
 
@@ -446,6 +455,7 @@ const ProtocolSet kProtocolSets[] = {{"tuning", TuningSet},
                                      {"development3", DevelopmentSet3},
                                      {"development4", DevelopmentSet4},
                                      {"development5", DevelopmentSet5},
+                                     {"development6", DevelopmentSet6},
                                      {"evaluation", EvaluationSet}};
 }  // namespace
 
