@@ -69,9 +69,11 @@ PassState::PassState(const ClusterState& state, const PolicyOptions& config, con
   }
   if (cfg.kind != PolicyKind::kFcfs && cfg.suspend.open(now)) suspended[static_cast<int>(cfg.suspend.cls)] = true;
   if (hint) {
-    nonhigh_cap = total_gpus - std::floor(cfg.reserved_headroom * total_gpus);
-    low_share = std::floor(cfg.low_guaranteed_share * total_gpus);
     reserve = static_cast<int>(std::floor(cfg.reserved_headroom * total_gpus));
+    if (cfg.reserved_headroom > 0 && total_gpus >= kReserveMinClusterGpus)
+      reserve = std::max(reserve, std::min(cfg.reserved_headroom_min_gpus, total_gpus));
+    nonhigh_cap = total_gpus - reserve;
+    low_share = std::floor(cfg.low_guaranteed_share * total_gpus);
   }
   for (int i : holders) {
     const Job& j = jobs[i];

@@ -298,6 +298,9 @@ std::vector<Field> MakeFields() {
                      &O::budget_max_lost_gpu_hours, "estimated lost GPU-hours per queue per window (0 = unlimited)"));
   f.push_back(Number("reserved_headroom", "capacity", "fraction", 0, 1, "[0, 1]", &O::reserved_headroom,
                      "fraction of all GPUs only high priority may take"));
+  f.push_back(Count("reserved_headroom_min_gpus", "capacity", &O::reserved_headroom_min_gpus,
+                    "with reserved_headroom > 0, the reserve is at least this many GPUs on a cluster of at least "
+                    "16 GPUs"));
   f.push_back(Flag("headroom_keep_free", "capacity", &O::headroom_keep_free,
                    "non-high work does not start into the reserved headroom's last free GPUs"));
   f.push_back(Seconds("headroom_high_window_s", "capacity", &O::headroom_high_window_s,

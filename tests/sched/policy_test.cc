@@ -503,6 +503,46 @@ TEST(Policy, HeadroomKeptFreeWhileHighDemandIsRecentTable) {
   EXPECT_TRUE(find(Decide(b.st, d), "new"));
 }
 
+// 3 % of 32 GPUs rounds down to none; reserved_headroom_min_gpus keeps one free all the same on a
+// cluster of 16 GPUs or more, not on a smaller one, and not with the fraction 0 (the baselines).
+TEST(Policy, ReserveIsAtLeastOneGpuOnSixteenOrMore) {
+  const struct {
+    std::vector<int> nodes;
+    int min_gpus;
+    double fraction;
+    bool starts;  // a 1-GPU medium job, with one GPU free and a high job submitted 100 s ago
+  } cases[] = {{{8, 8, 8, 8}, 1, 0.03, false}, {{8, 8, 8, 8}, 0, 0.03, true}, {{8, 8, 8, 8}, 1, 0, true},
+               {{8, 8}, 1, 0.03, false},      {{8}, 1, 0.03, true},          {{4, 4, 4}, 1, 0.03, true}};
+  for (const auto& c : cases) {
+    B b(c.nodes);
+    int total = 0;
+    for (int g : c.nodes) total += g;
+    b.run("high", H, 1, 0, 90, MakeHints(1));
+    int left = total - 2;  // lows fill all but one GPU
+    for (size_t n = 0; n < c.nodes.size() && left > 0; ++n) {
+      const int g = std::min(left, c.nodes[n] - (n == 0 ? 1 : 0));
+      b.run("low" + std::to_string(n), L, g, static_cast<int>(n), 3600, MakeHints(1000));
+      left -= g;
+    }
+    b.pend("new", M, 1);
+    PolicyOptions p;
+    p.reserved_headroom_min_gpus = c.min_gpus;
+    p.reserved_headroom = c.fraction;
+    const Decisions d = Decide(b.st, p);
+    EXPECT_EQ(find(d, "new") != nullptr, c.starts)
+        << total << " GPUs, min " << c.min_gpus << ", fraction " << c.fraction << "\n" << Dump(d);
+    b.st.jobs.pop_back();
+    b.pend("new", H, 1);
+    EXPECT_TRUE(find(Decide(b.st, p), "new")) << "high takes the reserved GPU";
+  }
+  PolicyOptions p;
+  EXPECT_TRUE(PolicyFromJson(R"({"reserved_headroom_min_gpus":2})", &p).ok());
+  EXPECT_EQ(p.reserved_headroom_min_gpus, 2);
+  EXPECT_FALSE(PolicyFromJson(R"({"reserved_headroom_min_gpus":-1})", &p).ok());
+  EXPECT_FALSE(PolicyFromJson(R"({"reserved_headroom_min_gpus":1.5})", &p).ok());
+  EXPECT_EQ(p.reserved_headroom_min_gpus, 2) << "unchanged after a refused value";
+}
+
 TEST(Policy, RefillKeepsReservedHeadroomFree) {
   struct Case {
     const char* name;

@@ -145,6 +145,12 @@ struct PolicyOptions {
   // 3 % (floor: 1 GPU on 40-64 GPUs, 3 on 128) was chosen on the tuning and development sets
   // (benchmarks/sched/results/NOTES.md).
   double reserved_headroom = 0.03;
+  // ... but at least this many GPUs on a cluster of at least kReserveMinClusterGpus GPUs (the
+  // fraction rounds down to 0 below 34 GPUs): on 32 GPUs that high work nearly fills, a 1-GPU job
+  // below high priority restarted into the last free GPU was evicted for the next small high
+  // arrival again and again (the most-preempted job, M, on the development sets). 1 was chosen on
+  // the tuning and development sets (benchmarks/sched/results/NOTES.md). 0 = the fraction alone.
+  int reserved_headroom_min_gpus = 1;
   // Non-high work does not start when it would leave fewer free GPUs than the reserve (GPUs of
   // unclaimed victims already leaving count as free) ...
   bool headroom_keep_free = true;
@@ -205,6 +211,10 @@ struct PolicyOptions {
   double wait_alert_s = 600;          // suggest action when a high job's estimated wait passes this
   int max_preemptors_per_pass = 256;  // bound on victim searches per Decide() call
 };
+
+// Smallest cluster on which PolicyOptions::reserved_headroom_min_gpus applies: two 8-GPU nodes
+// (on one node, a GPU held back idles an eighth of the machine).
+inline constexpr int kReserveMinClusterGpus = 16;
 
 // The presets. FcfsPolicy and KubernetesPolicy are the baselines with every hint-aware rule off;
 // HintAwareNoRulesPolicy chooses victims from hints and checkpoints them, with no
