@@ -295,12 +295,21 @@ Status DevelopmentSet6(const std::string& dir, std::vector<ProtocolTrace>* out) 
   return AddDraws(dir, "dev6", offsets, out);
 }
 
-// The evaluation set, declared on 2026-12-06 (after the fourth one's run) before any policy ran on
-// it: the recipes of development set 2 drawn three more times with seeds no other set used
-// (Alibaba + 1000, + 1100, + 1200; synthetic + 1100, + 1200, + 1300): 72 traces. Run once with the
-// defaults chosen on the tuning set and development sets 1-6.
-Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+// Development set 7: the fifth evaluation set (declared on 2026-12-06 in 2f5dd6f, labels
+// "eval-…"), run once with the defaults of that day: the recipes of development set 2 with Alibaba
+// seeds + 1000, + 1100, + 1200 and synthetic seeds + 1100, + 1200, + 1300 (72 traces). Spent by
+// its run; settings may be chosen on it.
+Status DevelopmentSet7(const std::string& dir, std::vector<ProtocolTrace>* out) {
   static const std::pair<uint64_t, uint64_t> offsets[] = {{1000, 1100}, {1100, 1200}, {1200, 1300}};
+  return AddDraws(dir, "dev7", offsets, out);
+}
+
+// The evaluation set, declared on 2026-12-06 (after the fifth one's run) before any policy ran on
+// it: the recipes of development set 2 drawn three more times with seeds no other set used
+// (Alibaba + 1300, + 1400, + 1500; synthetic + 1400, + 1500, + 1600): 72 traces. Run once with the
+// defaults chosen on the tuning set and development sets 1-7.
+Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  static const std::pair<uint64_t, uint64_t> offsets[] = {{1300, 1400}, {1400, 1500}, {1500, 1600}};
   return AddDraws(dir, "eval", offsets, out);
 }
 
@@ -456,6 +465,7 @@ const ProtocolSet kProtocolSets[] = {{"tuning", TuningSet},
                                      {"development4", DevelopmentSet4},
                                      {"development5", DevelopmentSet5},
                                      {"development6", DevelopmentSet6},
+                                     {"development7", DevelopmentSet7},
                                      {"evaluation", EvaluationSet}};
 }  // namespace
 
