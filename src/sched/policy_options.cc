@@ -268,6 +268,9 @@ std::vector<Field> MakeFields() {
   f.push_back(HighTolerableWaitField());
   f.push_back(Seconds("tolerable_kill_max_lost_s", "tolerable wait", &O::tolerable_kill_max_lost_s,
                       "a too-slow saver with more uncommitted work than this saves anyway (0 = no limit)"));
+  f.push_back(Flag("high_in_time_first", "tolerable wait", &O::high_in_time_first,
+                   "a high job's victim search ranks nodes whose victims leave within high_wait_guard_s first "
+                   "(after protected GPUs, before lost work)"));
   f.push_back(Count("tolerable_wait_min_gpus", "tolerable wait", &O::tolerable_wait_min_gpus,
                     "the tolerable wait applies to high preemptors of at least this many GPUs"));
   f.push_back(Seconds("high_wait_guard_s", "high-wait guard", &O::high_wait_guard_s,
@@ -453,6 +456,7 @@ PolicyOptions HintAwareNoRulesPolicy() {
   c.repeat_victim_weight = 0;
   c.ahead_checkpoints = 0;
   c.high_wait_guard_s = 0;
+  c.high_in_time_first = false;
   return c;
 }
 

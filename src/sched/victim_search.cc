@@ -14,6 +14,7 @@ bool BetterChoice(const Choice& a, const Choice& b, PolicyKind kind) {
     return a.node < b.node;
   }
   if (a.protected_gpus != b.protected_gpus) return a.protected_gpus < b.protected_gpus;
+  if (a.late != b.late) return !a.late;
   if (std::fabs(a.cost - b.cost) > 1e-9) return a.cost < b.cost;
   if (std::fabs(a.lost_work_gpu_s - b.lost_work_gpu_s) > 1e-9) return a.lost_work_gpu_s < b.lost_work_gpu_s;
   if (a.count != b.count) return a.count < b.count;
@@ -96,6 +97,9 @@ void VictimSearch::cheapest_first(const Job& j, const std::vector<int>& cand, co
     raw += v.gpus * costs_.lost_work_s(cand[k]);
   }
   c->cost = lost + j.gpus * wait;
+  const PolicyOptions& cfg = p_.cfg;
+  c->late = j.cls == PriorityClass::kHigh && cfg.high_in_time_first && cfg.high_wait_guard_s > 0 &&
+            wait > cfg.high_wait_guard_s;
   c->lost_work_gpu_s = raw;
 }
 

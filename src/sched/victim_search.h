@@ -30,6 +30,9 @@ struct Choice {
   // GPUs of victims inside their minimum run time (taken by a high job past the override): the
   // fewer the better, before cost.
   int protected_gpus = 0;
+  // A high preemptor's victims take longer than high_wait_guard_s to leave (high_in_time_first):
+  // ranked after every choice that is in time, after protected GPUs.
+  bool late = false;
 };
 bool BetterChoice(const Choice& a, const Choice& b, PolicyKind kind);
 

@@ -600,4 +600,42 @@ TEST(Policy, RefillKeepsReservedHeadroomFree) {
 }
 
 }  // namespace
+// high_in_time_first: a high job takes the victim that leaves within the wait target
+// (high_wait_guard_s, 30 s) before a cheaper one that checkpoints for a minute; a medium
+// preemptor, and a high one with the rule off, take the cheaper, slower victim.
+TEST(Policy, HighJobsTakeVictimsThatLeaveInTimeFirst) {
+  const struct {
+    const char* name;
+    PriorityClass cls;
+    bool in_time_first;
+    const char* victim;
+  } cases[] = {{"high, rule on: the victim that leaves in time", H, true, "quick"},
+               {"high, rule off: the cheaper victim", H, false, "slow"},
+               {"medium: the cheaper victim", M, true, "slow"}};
+  for (const auto& c : cases) {
+    B b({2, 2});
+    // 900 s uncommitted, a 40 s save: checkpointed first (too much work to kill), 40.5 s to leave.
+    b.run("slow", L, 2, 0, 3600, MakeHints(900, 40));
+    // A 20 s save that fits its 30 s grace, but a 100 s restore: leaves in time, costs more.
+    Hints quick = MakeHints(1000, 20);
+    quick.grace.granted_s = 30;
+    quick.grace.needed_s = 21;
+    b.run("quick", L, 2, 1, 3600, quick).restore_s = 100;
+    b.pend("new", c.cls, 2, 7200);
+    PolicyOptions p;
+    p.high_in_time_first = c.in_time_first;
+    const Decisions d = Decide(b.st, p);
+    const JobAction* a = find(d, c.victim);
+    ASSERT_NE(a, nullptr) << c.name << "\n" << Dump(d);
+    EXPECT_EQ(a->for_job, "new") << c.name;
+    EXPECT_EQ(d.actions.size(), 1u) << c.name << ": one victim\n" << Dump(d);
+  }
+  PolicyOptions p;
+  EXPECT_TRUE(p.high_in_time_first);
+  EXPECT_FALSE(HintAwareNoRulesPolicy().high_in_time_first);
+  ASSERT_TRUE(PolicyFromJson(R"({"high_in_time_first":false})", &p).ok());
+  EXPECT_FALSE(p.high_in_time_first);
+  EXPECT_FALSE(PolicyFromJson(R"({"high_in_time_first":1})", &p).ok());
+}
+
 }  // namespace preempt::sched

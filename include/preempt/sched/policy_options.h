@@ -103,6 +103,14 @@ struct PolicyOptions {
   // GPUs waits for the slowest save while the GPUs already freed sit idle for it.
   int tolerable_wait_min_gpus = 2;
 
+  // The victim search for a high preemptor ranks nodes whose victims free their GPUs within
+  // high_wait_guard_s (the wait target; kills and saves that fit it) before nodes whose victims
+  // take longer, after protected GPUs and before lost work: the Kubernetes order never makes a high
+  // job wait longer than the grace period, and a cheaper victim that saves for a minute puts the
+  // job in the p95 tail. Chosen on the tuning and development sets
+  // (benchmarks/sched/results/NOTES.md, "High jobs take victims that leave in time first").
+  bool high_in_time_first = true;
+
   // --- high-wait guard: while the high-priority jobs' first starts (ClusterState::high_starts, of
   // the last high_wait_guard_window_s, with the pending high jobs that never started) are at risk
   // of missing the wait target, a too-slow saver for a high preemptor is killed whenever the
