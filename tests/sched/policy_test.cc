@@ -599,7 +599,6 @@ TEST(Policy, RefillKeepsReservedHeadroomFree) {
   EXPECT_TRUE(find(Decide(q.st, p), "newlow"));
 }
 
-}  // namespace
 // high_in_time_first: a high job takes the victim that leaves within the wait target
 // (high_wait_guard_s, 30 s) before a cheaper one that checkpoints for a minute; a medium
 // preemptor, and a high one with the rule off, take the cheaper, slower victim.
@@ -637,5 +636,7 @@ TEST(Policy, HighJobsTakeVictimsThatLeaveInTimeFirst) {
   EXPECT_FALSE(p.high_in_time_first);
   EXPECT_FALSE(PolicyFromJson(R"({"high_in_time_first":1})", &p).ok());
 }
+
+}  // namespace
 
 }  // namespace preempt::sched
