@@ -304,12 +304,21 @@ Status DevelopmentSet7(const std::string& dir, std::vector<ProtocolTrace>* out) 
   return AddDraws(dir, "dev7", offsets, out);
 }
 
-// The evaluation set, declared on 2026-12-06 (after the fifth one's run) before any policy ran on
-// it: the recipes of development set 2 drawn three more times with seeds no other set used
-// (Alibaba + 1300, + 1400, + 1500; synthetic + 1400, + 1500, + 1600): 72 traces. Run once with the
-// defaults chosen on the tuning set and development sets 1-7.
-Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+// Development set 8: the sixth evaluation set (declared on 2026-12-06 in b4244ec, labels
+// "eval-…"), run once with the defaults of that day: the recipes of development set 2 with Alibaba
+// seeds + 1300, + 1400, + 1500 and synthetic seeds + 1400, + 1500, + 1600 (72 traces). Spent by
+// its run; settings may be chosen on it.
+Status DevelopmentSet8(const std::string& dir, std::vector<ProtocolTrace>* out) {
   static const std::pair<uint64_t, uint64_t> offsets[] = {{1300, 1400}, {1400, 1500}, {1500, 1600}};
+  return AddDraws(dir, "dev8", offsets, out);
+}
+
+// The evaluation set, declared on 2026-12-06 (after the sixth one's run) before any policy ran on
+// it: the recipes of development set 2 drawn three more times with seeds no other set used
+// (Alibaba + 1600, + 1700, + 1800; synthetic + 1700, + 1800, + 1900): 72 traces. Run once with the
+// defaults chosen on the tuning set and development sets 1-8.
+Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  static const std::pair<uint64_t, uint64_t> offsets[] = {{1600, 1700}, {1700, 1800}, {1800, 1900}};
   return AddDraws(dir, "eval", offsets, out);
 }
 
@@ -466,6 +475,7 @@ const ProtocolSet kProtocolSets[] = {{"tuning", TuningSet},
                                      {"development5", DevelopmentSet5},
                                      {"development6", DevelopmentSet6},
                                      {"development7", DevelopmentSet7},
+                                     {"development8", DevelopmentSet8},
                                      {"evaluation", EvaluationSet}};
 }  // namespace
 
