@@ -119,6 +119,31 @@ TEST(HighWaitGuard, SlowSaverIsKilledOnlyWhileAtRisk) {
   }
 }
 
+// The default limit (450 s; 600 s until 2026-12-06): while the guard is at risk, the slow saver
+// above is killed with up to 450 s uncommitted and saves with more, 500 s included.
+TEST(HighWaitGuard, DefaultKillLimitIs450sOfUncommittedWork) {
+  EXPECT_DOUBLE_EQ(PolicyOptions().tolerable_kill_max_lost_s, 450);
+  EXPECT_DOUBLE_EQ(HintAwareNoRulesPolicy().tolerable_kill_max_lost_s, 450);
+  struct Case {
+    double lost_s;
+    EvictionMode mode;
+  } cases[] = {{400, EvictionMode::kKillSlow}, {450, EvictionMode::kKillSlow}, {500, EvictionMode::kCheckpointFirst}};
+  for (const Case& c : cases) {
+    B b({1});
+    Log(&b.st, 100, 5);
+    Hints h = MakeHints(c.lost_s, 100);
+    h.grace.granted_s = 10;
+    h.grace.needed_s = h.checkpoint_s();
+    b.run("v", L, 1, 0, 3600, h);
+    b.pend("p", H, 1, 1);
+    PolicyOptions p = Guard();
+    p.tolerable_wait_min_gpus = 1;
+    Decisions d = Decide(b.st, p);
+    ASSERT_EQ(d.actions.size(), 1u) << c.lost_s << "\n" << Dump(d);
+    EXPECT_EQ(d.actions[0].mode, c.mode) << c.lost_s << " s uncommitted\n" << Dump(d);
+  }
+}
+
 // ApplyDecision logs the first start of each high job (a restart after a preemption or a move is
 // not a first start), and forgets first starts older than kHighStartLogSpanS.
 TEST(HighWaitGuard, TheLifecycleLogsFirstStarts) {

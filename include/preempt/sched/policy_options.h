@@ -98,7 +98,11 @@ struct PolicyOptions {
   // preemptor instead, and the victim search prefers nodes whose victims save in time.
   TolerableWait high_tolerable_wait = TolerableWait::kVictimGrace;
   double high_tolerable_wait_s = 0;       // with TolerableWait::kFixed
-  double tolerable_kill_max_lost_s = 600;  // ... unless it has more uncommitted work than this (0 = no limit)
+  // ... unless it has more uncommitted work than this (0 = no limit): such a victim saves and the
+  // preemptor waits. 450 s (600 s until 2026-12-06) was chosen on the tuning and development sets
+  // 1-8 (benchmarks/sched/results/NOTES.md): fewer victims killed with their work, for a few more
+  // high waits past the grace period.
+  double tolerable_kill_max_lost_s = 450;
   // ... and only for high preemptors of at least this many GPUs (1 = all): a preemptor of several
   // GPUs waits for the slowest save while the GPUs already freed sit idle for it.
   int tolerable_wait_min_gpus = 2;
