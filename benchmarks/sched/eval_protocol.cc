@@ -313,12 +313,21 @@ Status DevelopmentSet8(const std::string& dir, std::vector<ProtocolTrace>* out) 
   return AddDraws(dir, "dev8", offsets, out);
 }
 
-// The evaluation set, declared on 2026-12-06 (after the sixth one's run) before any policy ran on
-// it: the recipes of development set 2 drawn three more times with seeds no other set used
-// (Alibaba + 1600, + 1700, + 1800; synthetic + 1700, + 1800, + 1900): 72 traces. Run once with the
-// defaults chosen on the tuning set and development sets 1-8.
-Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+// Development set 9: the seventh evaluation set (declared on 2026-12-06 in c8fa47c, labels
+// "eval-…"), run once with the defaults of that day: the recipes of development set 2 with Alibaba
+// seeds + 1600, + 1700, + 1800 and synthetic seeds + 1700, + 1800, + 1900 (72 traces). Spent by
+// its run; settings may be chosen on it.
+Status DevelopmentSet9(const std::string& dir, std::vector<ProtocolTrace>* out) {
   static const std::pair<uint64_t, uint64_t> offsets[] = {{1600, 1700}, {1700, 1800}, {1800, 1900}};
+  return AddDraws(dir, "dev9", offsets, out);
+}
+
+// The evaluation set, declared on 2026-12-06 (after the seventh one's run) before any policy ran
+// on it: the recipes of development set 2 drawn three more times with seeds no other set used
+// (Alibaba + 1900, + 2000, + 2100; synthetic + 2000, + 2100, + 2200): 72 traces. Run once with the
+// defaults chosen on the tuning set and development sets 1-9.
+Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  static const std::pair<uint64_t, uint64_t> offsets[] = {{1900, 2000}, {2000, 2100}, {2100, 2200}};
   return AddDraws(dir, "eval", offsets, out);
 }
 
@@ -476,6 +485,7 @@ const ProtocolSet kProtocolSets[] = {{"tuning", TuningSet},
                                      {"development6", DevelopmentSet6},
                                      {"development7", DevelopmentSet7},
                                      {"development8", DevelopmentSet8},
+                                     {"development9", DevelopmentSet9},
                                      {"evaluation", EvaluationSet}};
 }  // namespace
 
