@@ -29,6 +29,15 @@ bool ClusterRules::in_min_runtime(const Job& v, bool note_release) {
   return true;
 }
 
+bool ClusterRules::serial_victim(const Job& v, const Job& j, bool note_release) {
+  const PolicyOptions& cfg = p_.cfg;
+  if (!p_.hint || cfg.protect_after_preemptions <= 0 || v.preemptions + v.moves < cfg.protect_after_preemptions)
+    return false;
+  if (note_release && j.cls == PriorityClass::kHigh && cfg.high_min_runtime_override_s > 0)
+    p_.min_runtime_release = std::min(p_.min_runtime_release, j.submit_time + cfg.high_min_runtime_override_s);
+  return true;
+}
+
 bool ClusterRules::overrides_min_runtime(const Job& j) const {
   return p_.hint && p_.cfg.high_min_runtime_override_s > 0 && j.cls == PriorityClass::kHigh &&
          p_.now - j.submit_time >= p_.cfg.high_min_runtime_override_s;

@@ -28,6 +28,10 @@ class ClusterRules {
   bool in_min_runtime(const Job& v, bool note_release);
   // The preemptor has waited past high_min_runtime_override_s.
   bool overrides_min_runtime(const Job& j) const;
+  // True when running job v has been preempted or moved protect_after_preemptions times: it is
+  // protected like a job inside its minimum run time, for good. `note_release` records when
+  // preemptor j may take it all the same (past its override; never for a job below high).
+  bool serial_victim(const Job& v, const Job& j, bool note_release);
 
   // The budget check: the first queue whose window budget these victims would exceed (count or
   // lost GPU-hours, with what the pass has already charged), or nullopt. Asks for a recheck when

@@ -292,6 +292,9 @@ std::vector<Field> MakeFields() {
   f.push_back(Seconds("cooldown_s", "anti-thrashing", &O::cooldown_s, "a preempted job is not restarted before this"));
   f.push_back(Seconds("high_min_runtime_override_s", "anti-thrashing", &O::high_min_runtime_override_s,
                       "a high job waiting this long may take victims inside their minimum run time, those last (0 = off)"));
+  f.push_back(Count("protect_after_preemptions", "anti-thrashing", &O::protect_after_preemptions,
+                    "a job preempted or moved this many times is protected like one inside its minimum run time, "
+                    "for good (0 = off)"));
   f.push_back(Seconds("nonhigh_preempt_delay_s", "anti-thrashing", &O::nonhigh_preempt_delay_s,
                       "a job below high priority preempts only after waiting this long (0 = off)"));
   f.push_back(Seconds("budget_window_s", "budget", &O::budget_window_s, "per-queue preemption budget window"));
@@ -443,6 +446,7 @@ PolicyOptions HintAwareNoRulesPolicy() {
   c.kind = PolicyKind::kHintAware;
   c.min_runtime_s = 0;
   c.min_runtime_per_preemption_s = 0;
+  c.protect_after_preemptions = 0;
   c.cooldown_s = 0;
   c.budget_max_preemptions = 0;
   c.budget_max_lost_gpu_hours = 0;

@@ -117,7 +117,8 @@ Choice VictimSearch::evaluate(int node, const Job& j) {
     const Job& v = jobs[vi];
     if (p_.chosen[vi] || static_cast<int>(v.cls) >= cls) continue;
     // Protected: a candidate only past the override (its release then matters to nobody).
-    const bool in_min_runtime = rules_.in_min_runtime(v, /*note_release=*/!ovr);
+    const bool in_min_runtime =
+        rules_.in_min_runtime(v, /*note_release=*/!ovr) || rules_.serial_victim(v, j, /*note_release=*/!ovr);
     if (in_min_runtime && !ovr) continue;
     prot.push_back(in_min_runtime);
     cand.push_back(vi);

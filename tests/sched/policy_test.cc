@@ -246,6 +246,60 @@ TEST(Policy, MinimumRuntimeProtectsRecentlyResumedJobs) {
   EXPECT_NEAR(d.waits[0].est_wait_s, 5 + 270, 1e-6);
 }
 
+// A job preempted protect_after_preemptions times is protected like one inside its minimum run
+// time, for good: a high job takes another victim first, and takes it alone only past its
+// override (rechecked then); a medium job never takes it.
+TEST(Policy, SerialVictimIsProtectedAfterSixteenPreemptions) {
+  EXPECT_EQ(PolicyOptions().protect_after_preemptions, 16);
+  EXPECT_EQ(HintAwareNoRulesPolicy().protect_after_preemptions, 0);
+  struct Case {
+    const char* name;
+    int protect_after;
+    int preemptions;
+    bool other;  // a second, costlier victim on another node
+    PriorityClass cls;
+    double waited;
+    const char* victim;  // "" = none
+  } cases[] = {
+      {"15 preemptions: still the cheapest victim", 16, 15, true, H, 0, "serial"},
+      {"16: the other victim first", 16, 16, true, H, 0, "other"},
+      {"16: the other victim first past the override too", 16, 16, true, H, 5, "other"},
+      {"16, alone, before the override: waits", 16, 16, false, H, 0, ""},
+      {"16, alone, past the override: taken", 16, 16, false, H, 5, "serial"},
+      {"16, alone, medium preemptor: never", 16, 16, false, M, 5, ""},
+      {"rule off: the cheapest", 0, 40, true, H, 0, "serial"},
+  };
+  for (const Case& c : cases) {
+    B b(c.other ? std::vector<int>{1, 1} : std::vector<int>{1});
+    b.run("serial", L, 1, 0, 20000, MakeHints(10)).preemptions = c.preemptions;
+    if (c.other) b.run("other", L, 1, 1, 20000, MakeHints(4000));
+    b.pend("p", c.cls, 1, c.waited);
+    PolicyOptions p = Hint();
+    p.protect_after_preemptions = c.protect_after;
+    p.high_min_runtime_override_s = 1;
+    Decisions d = Decide(b.st, p);
+    if (c.victim[0] == 0) {
+      EXPECT_TRUE(d.actions.empty()) << c.name << "\n" << Dump(d);
+      if (c.cls == H) {
+        EXPECT_NEAR(d.recheck_at, kNow - c.waited + 1, 1e-6) << c.name;
+        ASSERT_EQ(d.waits.size(), 1u) << c.name;
+        EXPECT_EQ(d.waits[0].cause, WaitCause::kMinRuntime) << c.name;
+      }
+      continue;
+    }
+    ASSERT_EQ(d.actions.size(), 1u) << c.name << "\n" << Dump(d);
+    EXPECT_EQ(d.actions[0].job, c.victim) << c.name << "\n" << Dump(d);
+  }
+  PolicyOptions p;
+  ASSERT_TRUE(PolicyFromJson(R"({"protect_after_preemptions":3})", &p).ok());
+  EXPECT_EQ(p.protect_after_preemptions, 3);
+  for (const char* doc : {R"({"protect_after_preemptions":-1})", R"({"protect_after_preemptions":2.5})"}) {
+    Status st = PolicyFromJson(doc, &p);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << doc;
+    EXPECT_NE(st.message().find("protect_after_preemptions"), std::string::npos) << st.to_string();
+  }
+}
+
 TEST(Policy, CooldownDelaysRestart) {
   B b({4});
   Job& j = b.pend("victim", L, 1);

@@ -141,6 +141,12 @@ struct PolicyOptions {
   // last: on a node after every unprotected candidate of the same class, and nodes needing fewer
   // protected GPUs first. 0 = off.
   double high_min_runtime_override_s = 1;
+  // A job preempted or moved this many times is protected as if inside its minimum run time for
+  // the rest of its life: only a high job past the override takes it, after every unprotected
+  // candidate (a cheap, frequently checkpointing job that runs for weeks was otherwise the
+  // cheapest victim again and again, the most-preempted job, M). 16 was chosen on the tuning and
+  // development sets 1-9 (benchmarks/sched/results/NOTES.md). 0 = off.
+  int protect_after_preemptions = 16;
   // A pending job below high priority preempts only after waiting this long (since it was
   // submitted or requeued): GPUs freed by finishing jobs usually come first. 0 = off.
   double nonhigh_preempt_delay_s = 1800;
