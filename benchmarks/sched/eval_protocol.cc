@@ -322,12 +322,21 @@ Status DevelopmentSet9(const std::string& dir, std::vector<ProtocolTrace>* out) 
   return AddDraws(dir, "dev9", offsets, out);
 }
 
-// The evaluation set, declared on 2026-12-06 (after the seventh one's run) before any policy ran
-// on it: the recipes of development set 2 drawn three more times with seeds no other set used
-// (Alibaba + 1900, + 2000, + 2100; synthetic + 2000, + 2100, + 2200): 72 traces. Run once with the
-// defaults chosen on the tuning set and development sets 1-9.
-Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+// Development set 10: the eighth evaluation set (declared on 2026-12-06 in f31ff88, labels
+// "eval-…"), run once with the defaults of that day: the recipes of development set 2 with Alibaba
+// seeds + 1900, + 2000, + 2100 and synthetic seeds + 2000, + 2100, + 2200 (72 traces). Spent by
+// its run; settings may be chosen on it.
+Status DevelopmentSet10(const std::string& dir, std::vector<ProtocolTrace>* out) {
   static const std::pair<uint64_t, uint64_t> offsets[] = {{1900, 2000}, {2000, 2100}, {2100, 2200}};
+  return AddDraws(dir, "dev10", offsets, out);
+}
+
+// The evaluation set, declared on 2026-12-06 (after the eighth one's run) before any policy ran
+// on it: the recipes of development set 2 drawn three more times with seeds no other set used
+// (Alibaba + 2200, + 2300, + 2400; synthetic + 2300, + 2400, + 2500): 72 traces. Run once with the
+// defaults chosen on the tuning set and development sets 1-10.
+Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  static const std::pair<uint64_t, uint64_t> offsets[] = {{2200, 2300}, {2300, 2400}, {2400, 2500}};
   return AddDraws(dir, "eval", offsets, out);
 }
 
@@ -486,6 +495,7 @@ const ProtocolSet kProtocolSets[] = {{"tuning", TuningSet},
                                      {"development7", DevelopmentSet7},
                                      {"development8", DevelopmentSet8},
                                      {"development9", DevelopmentSet9},
+                                     {"development10", DevelopmentSet10},
                                      {"evaluation", EvaluationSet}};
 }  // namespace
 

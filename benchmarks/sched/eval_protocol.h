@@ -57,8 +57,11 @@ Status DevelopmentSet7(const std::string& alibaba_dir, std::vector<ProtocolTrace
 // run.
 Status DevelopmentSet8(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 // Development set 9: the seventh evaluation set (three more draws, 72 traces), spent by its one
-// run; the evaluation set now draws the recipes three more times with fresh seeds.
+// run.
 Status DevelopmentSet9(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
+// Development set 10: the eighth evaluation set (three more draws, 72 traces), spent by its one
+// run; the evaluation set now draws the recipes three more times with fresh seeds.
+Status DevelopmentSet10(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 
 // The targets on one trace: the policy under test against the two baselines.
 struct TargetResult {
@@ -94,7 +97,7 @@ std::string ProtocolSetNames();
 bool IsProtocolSet(const std::string& name);
 
 // Runs the sets named by `which` ("tuning", "development", "development2", "development3",
-// "development4", "development5", "development6", "development7", "development8", "development9", "evaluation", or
+// "development4", "development5", "development6", "development7", "development8", "development9", "development10", "evaluation", or
 // "both": tuning and evaluation) with the policy under test
 // and SimOptions' defaults (30 s grace, victims run the preempt runtime): the protocol per set, and
 // the capacity report for the tuning set's Alibaba traces (unless !capacity_report). Writes
