@@ -85,6 +85,19 @@ TEST(HighWaitGuard, AtRiskWhenOneMoreLateStartWouldPassTheFraction) {
 // (~100 s) outlasts its 10 s grace, but no GPU would sit idle while the 1-GPU preemptor waits and
 // 150 s uncommitted is worth more than the save loses, so it saves. While the guard is at risk it
 // is killed instead; with more uncommitted work than tolerable_kill_max_lost_s it still saves.
+// That slow saver (1 GPU, `lost_s` uncommitted, a ~100 s save against a 10 s grace) on a one-GPU
+// node, a 1-GPU high job pending for 1 s, and 100 logged first starts of which `late` were late.
+B SlowSaverCluster(int late, double lost_s) {
+  B b({1});
+  Log(&b.st, 100, late);
+  Hints h = MakeHints(lost_s, 100);
+  h.grace.granted_s = 10;
+  h.grace.needed_s = h.checkpoint_s();
+  b.run("v", L, 1, 0, 3600, h);
+  b.pend("p", H, 1, 1);
+  return b;
+}
+
 TEST(HighWaitGuard, SlowSaverIsKilledOnlyWhileAtRisk) {
   struct Case {
     const char* name;
@@ -98,13 +111,7 @@ TEST(HighWaitGuard, SlowSaverIsKilledOnlyWhileAtRisk) {
       {"at risk, 900 s uncommitted > 600 s limit: checkpoint first", 5, 900, EvictionMode::kCheckpointFirst},
   };
   for (const Case& c : cases) {
-    B b({1});
-    Log(&b.st, 100, c.late);
-    Hints h = MakeHints(c.lost_s, 100);
-    h.grace.granted_s = 10;
-    h.grace.needed_s = h.checkpoint_s();
-    b.run("v", L, 1, 0, 3600, h);
-    b.pend("p", H, 1, 1);
+    B b = SlowSaverCluster(c.late, c.lost_s);
     PolicyOptions p = Guard();
     p.tolerable_wait_min_gpus = 1;
     p.tolerable_kill_max_lost_s = 600;
@@ -129,13 +136,7 @@ TEST(HighWaitGuard, DefaultKillLimitIs450sOfUncommittedWork) {
     EvictionMode mode;
   } cases[] = {{400, EvictionMode::kKillSlow}, {450, EvictionMode::kKillSlow}, {500, EvictionMode::kCheckpointFirst}};
   for (const Case& c : cases) {
-    B b({1});
-    Log(&b.st, 100, 5);
-    Hints h = MakeHints(c.lost_s, 100);
-    h.grace.granted_s = 10;
-    h.grace.needed_s = h.checkpoint_s();
-    b.run("v", L, 1, 0, 3600, h);
-    b.pend("p", H, 1, 1);
+    B b = SlowSaverCluster(5, c.lost_s);
     PolicyOptions p = Guard();
     p.tolerable_wait_min_gpus = 1;
     Decisions d = Decide(b.st, p);
