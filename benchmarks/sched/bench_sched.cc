@@ -5,11 +5,12 @@
 //               [--reps N] [--quick]
 //               [--csv OUT.csv] [--json OUT.json] [--png OUT.png]
 //               [--grace S] [--naive] [--policies a,b,...]
-//               [--protocol tuning|development|development2|development3|development4|development5|development6|development7|development8|development9|development10|evaluation|both|off] [--protocol-only] [--protocol-policy NAME]
+//               [--protocol SET|both|off] [--protocol-only] [--protocol-policy NAME]
 //               [--policy-json JSON] [--no-capacity] [--protocol-jitter S]
 //
 // First the evaluation protocol (eval_protocol.h): the declared tuning and evaluation sets (or the
-// development sets, --protocol development|...|development10), each
+// development sets; SET is a name bench::ProtocolSetNames() lists: tuning, development,
+// development2 ... development10, evaluation), each
 // trace with k8s, k8s+runtime and the policy under test (default "hint", --policy-json overrides
 // its fields), the count of traces meeting each target, and the capacity report (--no-capacity
 // skips it); --protocol-only stops there. --protocol-jitter S runs the policy under test with every
@@ -372,8 +373,10 @@ int main(int argc, char** argv) {
     else {
       fprintf(stderr, "usage: bench_sched [--alibaba DIR] [--alibaba-overloads X,Y] [--jobs N] [--seeds N] [--sweep-seeds N] [--reps N] [--quick] [--csv F] [--json F] "
                       "[--png F] [--grace S] [--naive] [--policies a,b] [--scale-jobs N (0 = off)]\n"
-                      "                   [--protocol tuning|development|development2|development3|development4|development5|development6|development7|development8|development9|development10|evaluation|both|off] [--protocol-only] [--protocol-policy NAME] "
-                      "[--policy-json JSON] [--no-capacity] [--protocol-jitter S]\n");
+                      "                   [--protocol SET|both|off] [--protocol-only] [--protocol-policy NAME] "
+                      "[--policy-json JSON] [--no-capacity] [--protocol-jitter S]\n"
+                      "                   SET: %s\n",
+              bench::ProtocolSetNames().c_str());
       return 2;
     }
   }

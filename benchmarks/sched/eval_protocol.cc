@@ -230,8 +230,7 @@ const SyntheticSpec kFirstEvaluationSynthetic[] = {
 // The recipes of development set 2 drawn again, once per (Alibaba seed offset, synthetic seed
 // offset) pair, labelled "<prefix>-ali-<variant>" and "<prefix>-syn-…". The one unseeded recipe
 // (arrivals x1.25) keeps 90 % of the jobs so that its seed acts.
-template <size_t N>
-Status AddDraws(const std::string& dir, const char* prefix, const std::pair<uint64_t, uint64_t> (&offsets)[N],
+Status AddDraws(const std::string& dir, const char* prefix, const std::vector<std::pair<uint64_t, uint64_t>>& offsets,
                 std::vector<ProtocolTrace>* out) {
   out->clear();
   for (const auto& [ali_offset, syn_offset] : offsets) {
@@ -261,83 +260,48 @@ Status DevelopmentSet2(const std::string& dir, std::vector<ProtocolTrace>* out) 
   return AddSet(dir, "dev2", kFirstEvaluationAlibaba, kFirstEvaluationSynthetic, out);
 }
 
-// Development set 3: the same recipes twice more, with seeds no other set uses (Alibaba + 200 and
-// + 300, synthetic + 300 and + 400): 48 traces, so that a choice is checked on several draws of
-// each recipe.
-Status DevelopmentSet3(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  static const std::pair<uint64_t, uint64_t> offsets[] = {{200, 300}, {300, 400}};
-  return AddDraws(dir, "dev3", offsets, out);
+// The sets drawn from the recipes of development set 2 (AddDraws), one (Alibaba seed offset,
+// synthetic seed offset) pair per draw; seeds no other set uses. Development set 3 was declared
+// after the first evaluation set's run, so that a choice is checked on several draws of each
+// recipe (48 traces). Each later evaluation set was declared on 2026-12-06 (commit named) before
+// any policy ran on it, labelled "eval-…", run once with the defaults of that day and then spent:
+// it became the next development set, on which settings may be chosen.
+namespace {
+struct DrawnSet {
+  const char* name;
+  const char* prefix;
+  std::vector<std::pair<uint64_t, uint64_t>> offsets;
+};
+const DrawnSet kDrawnSets[] = {
+    {"development3", "dev3", {{200, 300}, {300, 400}}},
+    {"development4", "dev4", {{100, 200}}},                             // 2nd evaluation set, d6f8023
+    {"development5", "dev5", {{400, 500}, {500, 600}, {600, 700}}},     // 3rd, 3e95c9a
+    {"development6", "dev6", {{700, 800}, {800, 900}, {900, 1000}}},    // 4th, 173f4af
+    {"development7", "dev7", {{1000, 1100}, {1100, 1200}, {1200, 1300}}},  // 5th, 2f5dd6f
+    {"development8", "dev8", {{1300, 1400}, {1400, 1500}, {1500, 1600}}},  // 6th, b4244ec
+    {"development9", "dev9", {{1600, 1700}, {1700, 1800}, {1800, 1900}}},  // 7th, c8fa47c
+    {"development10", "dev10", {{1900, 2000}, {2000, 2100}, {2100, 2200}}},  // 8th, f31ff88
+    // The evaluation set, declared after the eighth one's run (2b1cd8f): run once with the
+    // defaults chosen on the tuning set and development sets 1-10.
+    {"evaluation", "eval", {{2200, 2300}, {2300, 2400}, {2400, 2500}}},
+};
+
+const DrawnSet* FindDrawnSet(const std::string& name) {
+  for (const DrawnSet& d : kDrawnSets)
+    if (name == d.name) return &d;
+  return nullptr;
 }
 
-// Development set 4: the second evaluation set (declared on 2026-12-06 in d6f8023, labels
-// "eval-…"), run once with the defaults of that day: the recipes of development set 2 with
-// Alibaba seeds + 100 and synthetic seeds + 200. Spent by its run; settings may be chosen on it.
-Status DevelopmentSet4(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  static const std::pair<uint64_t, uint64_t> offsets[] = {{100, 200}};
-  return AddDraws(dir, "dev4", offsets, out);
+}  // namespace
+
+Status DrawnProtocolSet(const std::string& name, const std::string& dir, std::vector<ProtocolTrace>* out) {
+  const DrawnSet* d = FindDrawnSet(name);
+  if (!d) return Status(StatusCode::kInvalidArgument, "no drawn protocol set named '" + name + "'");
+  return AddDraws(dir, d->prefix, d->offsets, out);
 }
 
-// Development set 5: the third evaluation set (declared on 2026-12-06 in 3e95c9a, labels
-// "eval-…"), run once with the defaults of that day: the recipes of development set 2 with Alibaba
-// seeds + 400, + 500, + 600 and synthetic seeds + 500, + 600, + 700 (72 traces). Spent by its run;
-// settings may be chosen on it.
-Status DevelopmentSet5(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  static const std::pair<uint64_t, uint64_t> offsets[] = {{400, 500}, {500, 600}, {600, 700}};
-  return AddDraws(dir, "dev5", offsets, out);
-}
-
-// Development set 6: the fourth evaluation set (declared on 2026-12-06 in 173f4af, labels
-// "eval-…"), run once with the defaults of that day: the recipes of development set 2 with Alibaba
-// seeds + 700, + 800, + 900 and synthetic seeds + 800, + 900, + 1000 (72 traces). Spent by its
-// run; settings may be chosen on it.
-Status DevelopmentSet6(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  static const std::pair<uint64_t, uint64_t> offsets[] = {{700, 800}, {800, 900}, {900, 1000}};
-  return AddDraws(dir, "dev6", offsets, out);
-}
-
-// Development set 7: the fifth evaluation set (declared on 2026-12-06 in 2f5dd6f, labels
-// "eval-…"), run once with the defaults of that day: the recipes of development set 2 with Alibaba
-// seeds + 1000, + 1100, + 1200 and synthetic seeds + 1100, + 1200, + 1300 (72 traces). Spent by
-// its run; settings may be chosen on it.
-Status DevelopmentSet7(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  static const std::pair<uint64_t, uint64_t> offsets[] = {{1000, 1100}, {1100, 1200}, {1200, 1300}};
-  return AddDraws(dir, "dev7", offsets, out);
-}
-
-// Development set 8: the sixth evaluation set (declared on 2026-12-06 in b4244ec, labels
-// "eval-…"), run once with the defaults of that day: the recipes of development set 2 with Alibaba
-// seeds + 1300, + 1400, + 1500 and synthetic seeds + 1400, + 1500, + 1600 (72 traces). Spent by
-// its run; settings may be chosen on it.
-Status DevelopmentSet8(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  static const std::pair<uint64_t, uint64_t> offsets[] = {{1300, 1400}, {1400, 1500}, {1500, 1600}};
-  return AddDraws(dir, "dev8", offsets, out);
-}
-
-// Development set 9: the seventh evaluation set (declared on 2026-12-06 in c8fa47c, labels
-// "eval-…"), run once with the defaults of that day: the recipes of development set 2 with Alibaba
-// seeds + 1600, + 1700, + 1800 and synthetic seeds + 1700, + 1800, + 1900 (72 traces). Spent by
-// its run; settings may be chosen on it.
-Status DevelopmentSet9(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  static const std::pair<uint64_t, uint64_t> offsets[] = {{1600, 1700}, {1700, 1800}, {1800, 1900}};
-  return AddDraws(dir, "dev9", offsets, out);
-}
-
-// Development set 10: the eighth evaluation set (declared on 2026-12-06 in f31ff88, labels
-// "eval-…"), run once with the defaults of that day: the recipes of development set 2 with Alibaba
-// seeds + 1900, + 2000, + 2100 and synthetic seeds + 2000, + 2100, + 2200 (72 traces). Spent by
-// its run; settings may be chosen on it.
-Status DevelopmentSet10(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  static const std::pair<uint64_t, uint64_t> offsets[] = {{1900, 2000}, {2000, 2100}, {2100, 2200}};
-  return AddDraws(dir, "dev10", offsets, out);
-}
-
-// The evaluation set, declared on 2026-12-06 (after the eighth one's run) before any policy ran
-// on it: the recipes of development set 2 drawn three more times with seeds no other set used
-// (Alibaba + 2200, + 2300, + 2400; synthetic + 2300, + 2400, + 2500): 72 traces. Run once with the
-// defaults chosen on the tuning set and development sets 1-10.
 Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  static const std::pair<uint64_t, uint64_t> offsets[] = {{2200, 2300}, {2300, 2400}, {2400, 2500}};
-  return AddDraws(dir, "eval", offsets, out);
+  return DrawnProtocolSet("evaluation", dir, out);
 }
 
 Status DevelopmentSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
@@ -481,32 +445,27 @@ Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& 
 }
 
 namespace {
+// Every set in run order: the three built by hand, then the drawn ones (development sets 3-10 and
+// the evaluation set).
 struct ProtocolSet {
-  const char* name;
-  Status (*build)(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
+  std::string name;
+  Status (*build)(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);  // null: drawn
 };
-const ProtocolSet kProtocolSets[] = {{"tuning", TuningSet},
-                                     {"development", DevelopmentSet},
-                                     {"development2", DevelopmentSet2},
-                                     {"development3", DevelopmentSet3},
-                                     {"development4", DevelopmentSet4},
-                                     {"development5", DevelopmentSet5},
-                                     {"development6", DevelopmentSet6},
-                                     {"development7", DevelopmentSet7},
-                                     {"development8", DevelopmentSet8},
-                                     {"development9", DevelopmentSet9},
-                                     {"development10", DevelopmentSet10},
-                                     {"evaluation", EvaluationSet}};
+std::vector<ProtocolSet> ProtocolSets() {
+  std::vector<ProtocolSet> sets = {{"tuning", TuningSet}, {"development", DevelopmentSet}, {"development2", DevelopmentSet2}};
+  for (const DrawnSet& d : kDrawnSets) sets.push_back({d.name, nullptr});
+  return sets;
+}
 }  // namespace
 
 std::string ProtocolSetNames() {
   std::string names;
-  for (const ProtocolSet& s : kProtocolSets) names += std::string(names.empty() ? "" : ", ") + s.name;
+  for (const ProtocolSet& s : ProtocolSets()) names += (names.empty() ? "" : ", ") + s.name;
   return names;
 }
 
 bool IsProtocolSet(const std::string& name) {
-  for (const ProtocolSet& s : kProtocolSets)
+  for (const ProtocolSet& s : ProtocolSets())
     if (name == s.name) return true;
   return false;
 }
@@ -516,11 +475,11 @@ Status RunSets(const std::string& which, const std::string& alibaba_dir, const s
                std::vector<std::string>* targets) {
   const SimOptions sim;  // one eviction model for all three policies
   std::string protocol, capacity = "null";
-  for (const ProtocolSet& s : kProtocolSets) {
-    const std::string set = s.name;
+  for (const ProtocolSet& s : ProtocolSets()) {
+    const std::string& set = s.name;
     if (which != set && !(which == "both" && (set == "tuning" || set == "evaluation"))) continue;
     std::vector<ProtocolTrace> traces;
-    PREEMPT_RETURN_IF_ERROR(s.build(alibaba_dir, &traces));
+    PREEMPT_RETURN_IF_ERROR(s.build ? s.build(alibaba_dir, &traces) : DrawnProtocolSet(set, alibaba_dir, &traces));
     if (!protocol.empty()) protocol += ",";
     PREEMPT_RETURN_IF_ERROR(RunProtocol(set, traces, name, policy, sim, arrival_jitter_s, &protocol, targets));
     if (set != "tuning" || !capacity_report) continue;

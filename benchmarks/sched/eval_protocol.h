@@ -39,29 +39,12 @@ Status DevelopmentSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>
 // Development set 2: the first evaluation set, spent (settings were chosen between its runs); the
 // evaluation set now has the same recipes with fresh seeds.
 Status DevelopmentSet2(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
-// Development set 3: development set 2's recipes with two more fresh seeds each (48 traces).
-Status DevelopmentSet3(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
-// Development set 4: the second evaluation set (the same recipes, one more seed each), spent by
-// its one run.
-Status DevelopmentSet4(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
-// Development set 5: the third evaluation set (three more draws of the recipes, 72 traces), spent
-// by its one run.
-Status DevelopmentSet5(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
-// Development set 6: the fourth evaluation set (three more draws, 72 traces), spent by its one
-// run.
-Status DevelopmentSet6(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
-// Development set 7: the fifth evaluation set (three more draws, 72 traces), spent by its one
-// run.
-Status DevelopmentSet7(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
-// Development set 8: the sixth evaluation set (three more draws, 72 traces), spent by its one
-// run.
-Status DevelopmentSet8(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
-// Development set 9: the seventh evaluation set (three more draws, 72 traces), spent by its one
-// run.
-Status DevelopmentSet9(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
-// Development set 10: the eighth evaluation set (three more draws, 72 traces), spent by its one
-// run; the evaluation set now draws the recipes three more times with fresh seeds.
-Status DevelopmentSet10(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
+// The sets drawn again from the recipes of development set 2 with fresh seeds, by name:
+// "development3" (two draws, 48 traces), "development4" (one draw; the second evaluation set),
+// "development5" ... "development10" (three draws each, 72 traces; the third to the eighth
+// evaluation sets, each spent by its one run) and "evaluation" (EvaluationSet). kInvalidArgument
+// for another name.
+Status DrawnProtocolSet(const std::string& name, const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 
 // The targets on one trace: the policy under test against the two baselines.
 struct TargetResult {
@@ -96,9 +79,8 @@ Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& 
 std::string ProtocolSetNames();
 bool IsProtocolSet(const std::string& name);
 
-// Runs the sets named by `which` ("tuning", "development", "development2", "development3",
-// "development4", "development5", "development6", "development7", "development8", "development9", "development10", "evaluation", or
-// "both": tuning and evaluation) with the policy under test
+// Runs the sets named by `which` (a name ProtocolSetNames() lists, or "both": tuning and
+// evaluation) with the policy under test
 // and SimOptions' defaults (30 s grace, victims run the preempt runtime): the protocol per set, and
 // the capacity report for the tuning set's Alibaba traces (unless !capacity_report). Writes
 // `,"protocol":[...],"capacity":[...]` to *json and appends the harness "targets" entries.
