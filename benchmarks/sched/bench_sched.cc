@@ -5,17 +5,19 @@
 //               [--reps N] [--quick]
 //               [--csv OUT.csv] [--json OUT.json] [--png OUT.png]
 //               [--grace S] [--naive] [--policies a,b,...]
-//               [--protocol SET|both|off] [--protocol-only] [--protocol-policy NAME]
-//               [--policy-json JSON] [--no-capacity] [--protocol-jitter S]
+//               [--protocol SET|both|choice|off] [--protocol-only] [--protocol-policy NAME]
+//               [--policy-json JSON] [--no-capacity] [--protocol-jitter S[,S...]]
 //
 // First the evaluation protocol (eval_protocol.h): the declared tuning and evaluation sets (or the
 // development sets; SET is a name bench::ProtocolSetNames() lists: tuning, development,
-// development2 ... development10, evaluation), each
+// development2 ... development10, evaluation; "choice" = the tuning set and every development set,
+// the sets defaults are chosen on), each
 // trace with k8s, k8s+runtime and the policy under test (default "hint", --policy-json overrides
 // its fields), the count of traces meeting each target, and the capacity report (--no-capacity
 // skips it); --protocol-only stops there. --protocol-jitter S runs the policy under test with every
 // arrival up to S seconds later (a noise check: with --protocol-policy k8s, how often the
-// baseline fails the targets against itself by chance).
+// baseline fails the targets against itself by chance); a list (0,0.1,1,10) runs each set once per
+// value, and a run of several sets or jitters ends with the summed counts per set and overall.
 //
 // Every trace runs twice, with the same eviction mechanics for every policy (docs/sched.md,
 // "Eviction model"): SIGTERM with the Kubernetes default 30 s grace period, and with a grace
@@ -276,6 +278,19 @@ double SecondsFlag(const std::string& flag, const std::string& v, double lo, dou
   return x;
 }
 
+// A comma-separated list of SecondsFlag values ("0,0.1,1,10"); an empty item is refused.
+std::vector<double> SecondsListFlag(const std::string& flag, const std::string& v, double lo, double hi) {
+  std::vector<double> out;
+  size_t from = 0;
+  while (true) {
+    const size_t comma = v.find(',', from);
+    const size_t len = comma == std::string::npos ? std::string::npos : comma - from;
+    out.push_back(SecondsFlag(flag, v.substr(from, len), lo, hi));
+    if (comma == std::string::npos) return out;
+    from = comma + 1;
+  }
+}
+
 }  // namespace
 
 #ifndef PREEMPT_SOURCE_DIR
@@ -289,7 +304,7 @@ int main(int argc, char** argv) {
   // The evaluation protocol (eval_protocol.h): which sets, the policy under test, overrides.
   std::string protocol = "both", protocol_policy = "hint", policy_json;
   bool protocol_only = false, capacity = true;
-  double protocol_jitter = 0;  // --protocol-jitter S: the noise check (eval_protocol.h, RunProtocol)
+  std::vector<double> protocol_jitters = {0};  // --protocol-jitter S[,S...]: the noise check (eval_protocol.h)
   // Alibaba cluster sizes: 1.3 -> 7 nodes, 1.5 -> 6, 2.0 -> 5, 2.2 -> 4 (peak demand 70 GPUs).
   std::vector<double> overloads = {1.3, 1.5, 2.0, 2.2};
   bool grace_set = false;
@@ -345,8 +360,8 @@ int main(int argc, char** argv) {
     }
     else if (a == "--protocol") {
       protocol = next();
-      if (!bench::IsProtocolSet(protocol) && protocol != "both" && protocol != "off") {
-        fprintf(stderr, "bench_sched: --protocol: '%s' is not %s, both or off\n", protocol.c_str(),
+      if (!bench::IsProtocolSet(protocol) && protocol != "both" && protocol != "choice" && protocol != "off") {
+        fprintf(stderr, "bench_sched: --protocol: '%s' is not %s, both, choice or off\n", protocol.c_str(),
                 bench::ProtocolSetNames().c_str());
         return 2;
       }
@@ -354,7 +369,7 @@ int main(int argc, char** argv) {
     else if (a == "--protocol-only") protocol_only = true;
     else if (a == "--no-capacity") capacity = false;
     else if (a == "--protocol-policy") protocol_policy = next();
-    else if (a == "--protocol-jitter") protocol_jitter = SecondsFlag(a, next(), 0, 3600);
+    else if (a == "--protocol-jitter") protocol_jitters = SecondsListFlag(a, next(), 0, 3600);
     else if (a == "--policy-json") policy_json = next();
     else if (a == "--jobs") jobs = static_cast<int>(WholeFlag(a, next(), 1, 10000000));
     else if (a == "--scale-jobs") scale_jobs = static_cast<int>(WholeFlag(a, next(), 0, 10000000));
@@ -373,8 +388,8 @@ int main(int argc, char** argv) {
     else {
       fprintf(stderr, "usage: bench_sched [--alibaba DIR] [--alibaba-overloads X,Y] [--jobs N] [--seeds N] [--sweep-seeds N] [--reps N] [--quick] [--csv F] [--json F] "
                       "[--png F] [--grace S] [--naive] [--policies a,b] [--scale-jobs N (0 = off)]\n"
-                      "                   [--protocol SET|both|off] [--protocol-only] [--protocol-policy NAME] "
-                      "[--policy-json JSON] [--no-capacity] [--protocol-jitter S]\n"
+                      "                   [--protocol SET|both|choice|off] [--protocol-only] [--protocol-policy NAME] "
+                      "[--policy-json JSON] [--no-capacity] [--protocol-jitter S[,S...]]\n"
                       "                   SET: %s\n",
               bench::ProtocolSetNames().c_str());
       return 2;
@@ -400,7 +415,7 @@ int main(int argc, char** argv) {
       }
       name += "+overrides";
     }
-    Status s = bench::RunSets(protocol, have_alibaba ? alibaba : "", name, under_test, capacity, protocol_jitter,
+    Status s = bench::RunSets(protocol, have_alibaba ? alibaba : "", name, under_test, capacity, protocol_jitters,
                               &protocol_json, &protocol_targets);
     if (!s.ok()) {
       fprintf(stderr, "bench_sched: %s\n", s.to_string().c_str());

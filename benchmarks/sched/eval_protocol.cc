@@ -334,7 +334,7 @@ TargetResult CheckProtocolTargets(const SimMetrics& h, const SimMetrics& k, cons
 
 Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& traces, const std::string& name,
                    const PolicyOptions& policy, const SimOptions& sim, double arrival_jitter_s, std::string* json,
-                   std::vector<std::string>* targets) {
+                   std::vector<std::string>* targets, ProtocolCount* count) {
   PolicyOptions k8s, runtime;
   PolicyByName("k8s", &k8s);
   PolicyByName("k8s+runtime", &runtime);
@@ -350,7 +350,9 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
          "k8s, M = most preempted <= k8s, N = preemptions <= 1.2 x k8s\n");
   int met[6] = {};
   int medium_ok = 0;  // reported beside the targets: what a rule may make medium jobs pay
-  *json += "{\"set\":\"" + set + "\",\"policy\":\"" + name + "\",\"traces\":[";
+  char jitter[32];
+  snprintf(jitter, sizeof jitter, "%g", arrival_jitter_s);
+  *json += "{\"set\":\"" + set + "\",\"policy\":\"" + name + "\",\"jitter_s\":" + jitter + ",\"traces\":[";
   for (size_t i = 0; i < traces.size(); ++i) {
     const Trace& t = traces[i].trace;
     SimResult rh, rk, rr;
@@ -390,6 +392,10 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
              ",\"k8s_runtime\":" + MetricsJson(r) + "}";
   }
   const int n = static_cast<int>(traces.size());
+  if (count) {
+    count->traces = n;
+    for (int f = 0; f < 6; ++f) count->met[f] = met[f];
+  }
   const struct {
     const char* what;
     int need;  // traces that must meet it
@@ -405,8 +411,9 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
     const bool pass = met[f] >= goal[f].need;
     printf("     %-44s %2d / %d  (target >= %d): %s\n", goal[f].what, met[f], n, goal[f].need, pass ? "MET" : "NOT MET");
     char item[320];
+    const std::string under = arrival_jitter_s > 0 ? name + " (arrivals jittered up to " + jitter + " s)" : name;
     snprintf(item, sizeof item, "{\"name\":\"protocol %s set, %s: %s, traces met\",\"value\":%d,\"target\":\">= %d\",\"pass\":%s}",
-             set.c_str(), name.c_str(), goal[f].what, met[f], goal[f].need, pass ? "true" : "false");
+             set.c_str(), under.c_str(), goal[f].what, met[f], goal[f].need, pass ? "true" : "false");
     targets->push_back(item);
     *json += std::string(f ? "," : "") + "\"" + goal[f].what + "\":" + std::to_string(met[f]);
   }
@@ -456,6 +463,33 @@ std::vector<ProtocolSet> ProtocolSets() {
   for (const DrawnSet& d : kDrawnSets) sets.push_back({d.name, nullptr});
   return sets;
 }
+
+// The closing table of a run over several sets or jitters: per set, the trace-runs meeting each
+// target summed over the jitters, then the sum over every run (how settings are compared when
+// they are chosen: benchmarks/sched/results/NOTES.md).
+void PrintSummary(const std::string& name, const std::vector<double>& jitters_s,
+                  const std::vector<std::pair<std::string, ProtocolCount>>& per_set) {
+  std::string jitters;
+  for (double j : jitters_s) {
+    char b[32];
+    snprintf(b, sizeof b, "%s%g", jitters.empty() ? "" : ", ", j);
+    jitters += b;
+  }
+  printf("\n== protocol summary, %s: trace-runs meeting each target, summed over arrival jitters %s s\n",
+         name.c_str(), jitters.c_str());
+  printf("   %-16s %10s %6s %6s %6s %6s %6s %6s\n", "set", "trace-runs", "L", "R", "P", "S", "M", "N");
+  ProtocolCount all;
+  auto row = [](const std::string& label, const ProtocolCount& c) {
+    printf("   %-16s %10d %6d %6d %6d %6d %6d %6d\n", label.c_str(), c.traces, c.met[0], c.met[1], c.met[2], c.met[3],
+           c.met[4], c.met[5]);
+  };
+  for (const auto& [set, c] : per_set) {
+    row(set, c);
+    all.traces += c.traces;
+    for (int f = 0; f < 6; ++f) all.met[f] += c.met[f];
+  }
+  row("all", all);
+}
 }  // namespace
 
 std::string ProtocolSetNames() {
@@ -471,17 +505,30 @@ bool IsProtocolSet(const std::string& name) {
 }
 
 Status RunSets(const std::string& which, const std::string& alibaba_dir, const std::string& name,
-               const PolicyOptions& policy, bool capacity_report, double arrival_jitter_s, std::string* json,
-               std::vector<std::string>* targets) {
+               const PolicyOptions& policy, bool capacity_report, const std::vector<double>& jitters_s,
+               std::string* json, std::vector<std::string>* targets) {
+  if (jitters_s.empty()) return Status(StatusCode::kInvalidArgument, "no arrival jitter to run the protocol with");
   const SimOptions sim;  // one eviction model for all three policies
   std::string protocol, capacity = "null";
+  std::vector<std::pair<std::string, ProtocolCount>> per_set;  // summed over the jitters
+  int runs = 0;
   for (const ProtocolSet& s : ProtocolSets()) {
     const std::string& set = s.name;
-    if (which != set && !(which == "both" && (set == "tuning" || set == "evaluation"))) continue;
+    const bool chosen = which == set || (which == "both" && (set == "tuning" || set == "evaluation")) ||
+                        (which == "choice" && set != "evaluation");
+    if (!chosen) continue;
     std::vector<ProtocolTrace> traces;
     PREEMPT_RETURN_IF_ERROR(s.build ? s.build(alibaba_dir, &traces) : DrawnProtocolSet(set, alibaba_dir, &traces));
-    if (!protocol.empty()) protocol += ",";
-    PREEMPT_RETURN_IF_ERROR(RunProtocol(set, traces, name, policy, sim, arrival_jitter_s, &protocol, targets));
+    ProtocolCount sum;
+    for (double jitter : jitters_s) {
+      ProtocolCount c;
+      if (!protocol.empty()) protocol += ",";
+      PREEMPT_RETURN_IF_ERROR(RunProtocol(set, traces, name, policy, sim, jitter, &protocol, targets, &c));
+      sum.traces += c.traces;
+      for (int f = 0; f < 6; ++f) sum.met[f] += c.met[f];
+      ++runs;
+    }
+    per_set.emplace_back(set, sum);
     if (set != "tuning" || !capacity_report) continue;
     std::vector<ProtocolTrace> alibaba;  // capacity: a few simulations per trace
     for (const ProtocolTrace& t : traces)
@@ -489,6 +536,7 @@ Status RunSets(const std::string& which, const std::string& alibaba_dir, const s
     capacity.clear();
     PREEMPT_RETURN_IF_ERROR(RunCapacity(alibaba, name, policy, sim, &capacity));
   }
+  if (runs > 1) PrintSummary(name, jitters_s, per_set);
   *json = ",\"protocol\":[" + protocol + "],\"capacity\":" + capacity;
   return Status::OK();
 }

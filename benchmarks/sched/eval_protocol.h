@@ -58,16 +58,23 @@ struct TargetResult {
 };
 TargetResult CheckProtocolTargets(const SimMetrics& policy, const SimMetrics& k8s, const SimMetrics& runtime);
 
+// How many traces of one protocol run met each target (L R P S M N, in TargetResult's order).
+struct ProtocolCount {
+  int traces = 0;
+  int met[6] = {};
+};
+
 // Runs `set` (a set's name) with the policy under test `policy` (named `name`):
 // prints one line per trace with every metric the targets read, then how many traces meet each
-// target. Appends a JSON object to *json and harness "targets" entries to *targets.
+// target. Appends a JSON object to *json and harness "targets" entries to *targets, and (when
+// `count` is not null) the counts to *count.
 // arrival_jitter_s > 0: the policy under test runs on each trace with every arrival moved later by
 // up to that many seconds (seeded per trace); the baselines run on the trace as built. With the
 // policy under test "k8s" this measures the targets' noise floor: how often the baseline fails a
 // target against itself by chance.
 Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& traces, const std::string& name,
                    const PolicyOptions& policy, const SimOptions& sim, double arrival_jitter_s, std::string* json,
-                   std::vector<std::string>* targets);
+                   std::vector<std::string>* targets, ProtocolCount* count = nullptr);
 
 // Capacity report: for each trace, the fewest 8-GPU nodes on which each policy (k8s, k8s+runtime
 // and the policy under test) keeps the high-priority p95 wait within the 30 s grace
@@ -79,13 +86,16 @@ Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& 
 std::string ProtocolSetNames();
 bool IsProtocolSet(const std::string& name);
 
-// Runs the sets named by `which` (a name ProtocolSetNames() lists, or "both": tuning and
-// evaluation) with the policy under test
-// and SimOptions' defaults (30 s grace, victims run the preempt runtime): the protocol per set, and
-// the capacity report for the tuning set's Alibaba traces (unless !capacity_report). Writes
-// `,"protocol":[...],"capacity":[...]` to *json and appends the harness "targets" entries.
+// Runs the sets named by `which` (a name ProtocolSetNames() lists, "both": tuning and evaluation,
+// or "choice": the tuning set and every development set, the sets defaults are chosen on) with
+// the policy under test and SimOptions' defaults (30 s grace, victims run the preempt runtime):
+// the protocol per set and per arrival jitter of `jitters_s` (one run per jitter, 0 = as built),
+// and the capacity report for the tuning set's Alibaba traces (unless !capacity_report). With
+// more than one run it ends with a summary: per set, the traces meeting each target summed over
+// the jitters, and the sum over all runs. Writes `,"protocol":[...],"capacity":[...]` to *json
+// and appends the harness "targets" entries.
 Status RunSets(const std::string& which, const std::string& alibaba_dir, const std::string& name,
-               const PolicyOptions& policy, bool capacity_report, double arrival_jitter_s, std::string* json,
-               std::vector<std::string>* targets);
+               const PolicyOptions& policy, bool capacity_report, const std::vector<double>& jitters_s,
+               std::string* json, std::vector<std::string>* targets);
 
 }  // namespace preempt::sched::bench
