@@ -273,7 +273,9 @@ TEST(Runtime, GraceTooShortKeepsThePreviousCheckpoint) {
   s.sleep_ms = 150;  // a periodic save finishes well before the next one
   s.extra_mib = 512;
   s.steps = 400;
-  s.env = {"PREEMPT_GRACE_S=0.5", "PREEMPT_GRACE_RESERVE_S=0.1"};
+  // 0.15 s before the deadline: the 512 MiB stop checkpoint needs 0.4 s or more on an idle machine
+  // (with 0.4 s left it once committed just past the deadline, which is allowed).
+  s.env = {"PREEMPT_GRACE_S=0.25", "PREEMPT_GRACE_RESERVE_S=0.1"};
   Job job = Launch(tmp, "j", "ck", s);
   ASSERT_TRUE(WaitUntil([&] { return fs::exists(job.dir + "/step-00000010/COMMIT"); }, 180));
   usleep(300000);
