@@ -360,7 +360,7 @@ int main(int argc, char** argv) {
     }
     else if (a == "--protocol") {
       protocol = next();
-      if (!bench::IsProtocolSet(protocol) && protocol != "both" && protocol != "choice" && protocol != "off") {
+      if (!bench::IsProtocolSelection(protocol) && protocol != "off") {
         fprintf(stderr, "bench_sched: --protocol: '%s' is not %s, both, choice or off\n", protocol.c_str(),
                 bench::ProtocolSetNames().c_str());
         return 2;

@@ -348,7 +348,8 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
          name.c_str());
   printf("   targets: L = lost >= 50%% below k8s, R = >= 25%% below k8s+runtime, P = p95 <= both + 1 s, S = starved <= "
          "k8s, M = most preempted <= k8s, N = preemptions <= 1.2 x k8s\n");
-  int met[6] = {};
+  ProtocolCount counted;
+  int* met = counted.met;
   int medium_ok = 0;  // reported beside the targets: what a rule may make medium jobs pay
   char jitter[32];
   snprintf(jitter, sizeof jitter, "%g", arrival_jitter_s);
@@ -392,10 +393,8 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
              ",\"k8s_runtime\":" + MetricsJson(r) + "}";
   }
   const int n = static_cast<int>(traces.size());
-  if (count) {
-    count->traces = n;
-    for (int f = 0; f < 6; ++f) count->met[f] = met[f];
-  }
+  counted.traces = n;
+  if (count) *count = counted;
   const struct {
     const char* what;
     int need;  // traces that must meet it
@@ -485,10 +484,15 @@ void PrintSummary(const std::string& name, const std::vector<double>& jitters_s,
   };
   for (const auto& [set, c] : per_set) {
     row(set, c);
-    all.traces += c.traces;
-    for (int f = 0; f < 6; ++f) all.met[f] += c.met[f];
+    all.add(c);
   }
   row("all", all);
+}
+
+// Whether RunSets' `which` takes `set`.
+bool Selects(const std::string& which, const std::string& set) {
+  return which == set || (which == "both" && (set == "tuning" || set == "evaluation")) ||
+         (which == "choice" && set != "evaluation");
 }
 }  // namespace
 
@@ -498,9 +502,9 @@ std::string ProtocolSetNames() {
   return names;
 }
 
-bool IsProtocolSet(const std::string& name) {
+bool IsProtocolSelection(const std::string& which) {
   for (const ProtocolSet& s : ProtocolSets())
-    if (name == s.name) return true;
+    if (Selects(which, s.name)) return true;
   return false;
 }
 
@@ -514,9 +518,7 @@ Status RunSets(const std::string& which, const std::string& alibaba_dir, const s
   int runs = 0;
   for (const ProtocolSet& s : ProtocolSets()) {
     const std::string& set = s.name;
-    const bool chosen = which == set || (which == "both" && (set == "tuning" || set == "evaluation")) ||
-                        (which == "choice" && set != "evaluation");
-    if (!chosen) continue;
+    if (!Selects(which, set)) continue;
     std::vector<ProtocolTrace> traces;
     PREEMPT_RETURN_IF_ERROR(s.build ? s.build(alibaba_dir, &traces) : DrawnProtocolSet(set, alibaba_dir, &traces));
     ProtocolCount sum;
@@ -524,8 +526,7 @@ Status RunSets(const std::string& which, const std::string& alibaba_dir, const s
       ProtocolCount c;
       if (!protocol.empty()) protocol += ",";
       PREEMPT_RETURN_IF_ERROR(RunProtocol(set, traces, name, policy, sim, jitter, &protocol, targets, &c));
-      sum.traces += c.traces;
-      for (int f = 0; f < 6; ++f) sum.met[f] += c.met[f];
+      sum.add(c);
       ++runs;
     }
     per_set.emplace_back(set, sum);

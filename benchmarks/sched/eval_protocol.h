@@ -62,6 +62,10 @@ TargetResult CheckProtocolTargets(const SimMetrics& policy, const SimMetrics& k8
 struct ProtocolCount {
   int traces = 0;
   int met[6] = {};
+  void add(const ProtocolCount& o) {
+    traces += o.traces;
+    for (int f = 0; f < 6; ++f) met[f] += o.met[f];
+  }
 };
 
 // Runs `set` (a set's name) with the policy under test `policy` (named `name`):
@@ -82,9 +86,10 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
 Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& name, const PolicyOptions& policy,
                    const SimOptions& sim, std::string* json);
 
-// The declared sets' names, in order ("tuning, development, ..."), and whether `name` is one.
+// The declared sets' names, in order ("tuning, development, ..."), and whether `which` names what
+// RunSets can run: one of them, "both" or "choice".
 std::string ProtocolSetNames();
-bool IsProtocolSet(const std::string& name);
+bool IsProtocolSelection(const std::string& which);
 
 // Runs the sets named by `which` (a name ProtocolSetNames() lists, "both": tuning and evaluation,
 // or "choice": the tuning set and every development set, the sets defaults are chosen on) with
