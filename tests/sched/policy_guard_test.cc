@@ -81,12 +81,9 @@ TEST(HighWaitGuard, AtRiskWhenOneMoreLateStartWouldPassTheFraction) {
   EXPECT_FALSE(HighWaitAtRisk(p.st, nullptr, Guard()));
 }
 
-// The victim of TEST(Policy, VictimEvictionModeTable)'s "preemptor no larger than the victim" case: its save
-// (~100 s) outlasts its 10 s grace, but no GPU would sit idle while the 1-GPU preemptor waits and
-// 150 s uncommitted is worth more than the save loses, so it saves. While the guard is at risk it
-// is killed instead; with more uncommitted work than tolerable_kill_max_lost_s it still saves.
-// That slow saver (1 GPU, `lost_s` uncommitted, a ~100 s save against a 10 s grace) on a one-GPU
-// node, a 1-GPU high job pending for 1 s, and 100 logged first starts of which `late` were late.
+// The victim of TEST(Policy, VictimEvictionModeTable)'s "preemptor no larger than the victim" case
+// (1 GPU, `lost_s` uncommitted, a ~100 s save against a 10 s grace) on a one-GPU node, a 1-GPU
+// high job pending for 1 s, and 100 logged first starts of which `late` were late.
 B SlowSaverCluster(int late, double lost_s) {
   B b({1});
   Log(&b.st, 100, late);
@@ -98,6 +95,9 @@ B SlowSaverCluster(int late, double lost_s) {
   return b;
 }
 
+// That slow saver: no GPU would sit idle while the 1-GPU preemptor waits and 150 s uncommitted is
+// worth more than the save loses, so it saves. While the guard is at risk it is killed instead;
+// with more uncommitted work than tolerable_kill_max_lost_s it still saves.
 TEST(HighWaitGuard, SlowSaverIsKilledOnlyWhileAtRisk) {
   struct Case {
     const char* name;
