@@ -395,6 +395,16 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (protocol_only && protocol == "off") {
+    fprintf(stderr, "bench_sched: --protocol-only with --protocol off runs nothing\n");
+    return 2;
+  }
+  if (protocol_only && (!csv_path.empty() || !png_path.empty())) {
+    // The CSV and the chart describe the policy comparison that --protocol-only skips.
+    fprintf(stderr, "bench_sched: --%s describes the policy comparison, which --protocol-only skips (--json keeps the protocol)\n",
+            csv_path.empty() ? "png" : "csv");
+    return 2;
+  }
   struct stat sb;
   bool have_alibaba = stat((alibaba + "/pods.csv").c_str(), &sb) == 0;
   std::string protocol_json = ",\"protocol\":[],\"capacity\":null";
@@ -422,7 +432,20 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  if (protocol_only) return 0;
+  if (protocol_only) {
+    if (json_path.empty()) return 0;
+    // protocol_json starts with a comma: it is spliced into the full report below.
+    std::ofstream o(json_path);
+    o << "{\"protocol_only\":true" << protocol_json << ",\"targets\":[";
+    for (size_t i = 0; i < protocol_targets.size(); ++i) o << (i ? "," : "") << protocol_targets[i];
+    o << "]}\n";
+    if (!o) {
+      fprintf(stderr, "bench_sched: cannot write %s\n", json_path.c_str());
+      return 1;
+    }
+    printf("JSON: %s\n", json_path.c_str());
+    return 0;
+  }
   std::string csv = MetricsCsvHeader();
   std::vector<TraceRun> runs;
   // Two eviction settings, the same for every policy: the Kubernetes default grace period (30 s)
