@@ -35,13 +35,25 @@ Trace JitterArrivals(const Trace& t, double max_s, uint64_t seed) {
 }
 
 // 8-GPU nodes so that the trace's peak offered demand is `overload` x capacity (as
-// LoadAlibabaTrace sizes the shipped trace).
-void SizeCluster(double overload, Trace* t) {
+// LoadAlibabaTrace sizes the shipped trace); with `small_node_share` > 0 about that share of the
+// capacity is in 4-GPU nodes instead (at least one 8-GPU node stays, for the 8-GPU jobs).
+void SizeCluster(double overload, Trace* t, double small_node_share = 0) {
   t->nodes.clear();
   const int peak = MeasureOfferedDemand(*t).peak_gpus;
   const int capacity = static_cast<int>(std::ceil(peak / std::max(1.0, overload)));
-  const int nodes = std::max(1, (capacity + 7) / 8);
+  const int small = static_cast<int>(std::lround(small_node_share * capacity / 4));
+  const int nodes = std::max(1, (capacity - 4 * small + 7) / 8);
   for (int i = 0; i < nodes; ++i) t->nodes.push_back({"n" + std::to_string(i), 8});
+  for (int i = 0; i < small; ++i) t->nodes.push_back({"s" + std::to_string(i), 4});
+}
+
+// Medium priority merged into low: a cluster with two classes.
+void TwoClasses(Trace* t) {
+  for (TraceJob& j : t->jobs) {
+    if (j.cls != PriorityClass::kMedium) continue;
+    j.cls = PriorityClass::kLow;
+    j.queue = "BE";
+  }
 }
 
 // Raises the multi-GPU jobs' share of the demanded GPU-seconds to `share` with copies of the
@@ -99,6 +111,10 @@ struct AlibabaVariant {
   double multi_share = 0, medium = 0, rate = 1, keep = 1;
   uint64_t seed = 1;
   double overload = 1.5;
+  // The shapes set only (defaults leave every other set as it was): the share of the cluster's
+  // GPUs in 4-GPU nodes (the rest 8-GPU nodes), and medium priority merged into low (two classes).
+  double small_node_share = 0;
+  bool two_classes = false;
 };
 
 Status AddAlibaba(const std::string& dir, const std::string& label, const AlibabaVariant& v,
@@ -107,17 +123,22 @@ Status AddAlibaba(const std::string& dir, const std::string& label, const Alibab
   o.dir = dir;
   Trace t;
   PREEMPT_RETURN_IF_ERROR(LoadAlibabaTrace(o, &t));
-  char recipe[256];
+  char recipe[320];
   snprintf(recipe, sizeof recipe,
            "alibaba: multi-GPU share of GPU-s %s, low->medium %.0f%%, arrivals x%.2f, kept %.0f%%, seed %llu, "
-           "peak demand %.1fx cluster",
+           "peak demand %.1fx cluster%s%s",
            v.multi_share > 0 ? (std::to_string(static_cast<int>(100 * v.multi_share)) + "%").c_str() : "as shipped",
-           100 * v.medium, v.rate, 100 * v.keep, static_cast<unsigned long long>(v.seed), v.overload);
+           100 * v.medium, v.rate, 100 * v.keep, static_cast<unsigned long long>(v.seed), v.overload,
+           v.small_node_share > 0 ? (", " + std::to_string(static_cast<int>(std::lround(100 * v.small_node_share))) +
+                                     "% of GPUs in 4-GPU nodes").c_str()
+                                  : "",
+           v.two_classes ? ", medium merged into low" : "");
   if (v.keep < 1) KeepRandom(v.keep, v.seed, &t);
   if (v.multi_share > 0) RaiseMultiGpuShare(v.multi_share, v.seed, &t);
   if (v.medium > 0) MoreMedium(v.medium, v.seed, &t);
+  if (v.two_classes) TwoClasses(&t);
   if (v.rate != 1) ScaleArrivals(v.rate, &t);
-  SizeCluster(v.overload, &t);
+  SizeCluster(v.overload, &t, v.small_node_share);
   t.name = label;
   out->push_back({recipe, std::move(t)});
   return Status::OK();
@@ -146,7 +167,86 @@ std::string Pct(double x) {
   return b;
 }
 
+// A synthetic trace of another shape (the shapes set): node size, class mix and job durations
+// as given; labelled `label`.
+void AddSyntheticShape(const std::string& label, const SyntheticOptions& o, std::vector<ProtocolTrace>* out) {
+  Trace t = SyntheticTrace(o);
+  t.name = label;
+  char recipe[256];
+  snprintf(recipe, sizeof recipe,
+           "synthetic: seed %llu, %d jobs, %d x %d GPUs, load %.1f, high %.0f%%, medium %.0f%%, median duration %.0f s "
+           "(sigma %.1f)",
+           static_cast<unsigned long long>(o.seed), o.jobs, o.nodes, o.gpus_per_node, o.load, 100 * o.frac_high,
+           100 * o.frac_medium, o.median_duration_s, o.duration_sigma);
+  out->push_back({recipe, std::move(t)});
+}
+
 }  // namespace
+
+// The shapes set (declared before any policy ran on it, with the defaults of its commit): cluster
+// shapes and workloads that no other set has and no setting was chosen on — 4-GPU nodes, a cluster
+// with both node sizes, two priority classes, loads, high shares, cluster sizes, job lengths and
+// Alibaba overloads outside the other sets' ranges. Two draws per recipe. Never a choosing set.
+Status ShapesSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  out->clear();
+  struct Syn {
+    const char* what;  // the label's shape part
+    int nodes, gpus_per_node;
+    double load, high, medium, median_s, sigma;
+  };
+  static const Syn syn[] = {
+      {"n16x4-l1.2-h20", 16, 4, 1.2, 0.2, 0.3, 3600, 1.0},
+      {"n32x4-l1.5-h35", 32, 4, 1.5, 0.35, 0.3, 3600, 1.0},
+      {"n24x4-l1.0-h10", 24, 4, 1.0, 0.1, 0.3, 3600, 1.0},
+      {"n16-l1.2-h20-two-classes", 16, 8, 1.2, 0.2, 0.0, 3600, 1.0},
+      {"n8-l1.5-h35-two-classes", 8, 8, 1.5, 0.35, 0.0, 3600, 1.0},
+      {"n16-l1.2-h20-m60", 16, 8, 1.2, 0.2, 0.6, 3600, 1.0},
+      {"n16-l0.8-h20", 16, 8, 0.8, 0.2, 0.3, 3600, 1.0},
+      {"n16-l2.0-h20", 16, 8, 2.0, 0.2, 0.3, 3600, 1.0},
+      {"n16-l1.2-h5", 16, 8, 1.2, 0.05, 0.3, 3600, 1.0},
+      {"n16-l1.2-h50", 16, 8, 1.2, 0.5, 0.3, 3600, 1.0},
+      {"n48-l1.2-h20", 48, 8, 1.2, 0.2, 0.3, 3600, 1.0},
+      {"n16-l1.2-h20-d600", 16, 8, 1.2, 0.2, 0.3, 600, 1.0},
+      {"n16-l1.2-h20-d4h-sigma1.5", 16, 8, 1.2, 0.2, 0.3, 4 * 3600, 1.5},
+  };
+  struct Ali {
+    const char* what;
+    AlibabaVariant v;
+  };
+  static const Ali ali[] = {
+      {"keep90-small50-x1.5", {0, 0, 1, 0.9, 0, 1.5, 0.5, false}},
+      {"multi50-small50-x1.5", {0.5, 0, 1, 1, 0, 1.5, 0.5, false}},
+      {"two-classes-x1.5", {0, 0, 1, 0.9, 0, 1.5, 0, true}},
+      {"multi50-two-classes-x1.8", {0.5, 0, 1, 1, 0, 1.8, 0, true}},
+      {"keep90-x1.1", {0, 0, 1, 0.9, 0, 1.1, 0, false}},
+      {"keep90-x2.5", {0, 0, 1, 0.9, 0, 2.5, 0, false}},
+      {"multi70-x1.5", {0.7, 0, 1, 1, 0, 1.5, 0, false}},
+  };
+  for (uint64_t draw = 0; draw < 2; ++draw) {
+    if (!dir.empty()) {
+      for (const Ali& a : ali) {
+        AlibabaVariant v = a.v;
+        v.seed = 3001 + 100 * draw + (&a - ali);
+        PREEMPT_RETURN_IF_ERROR(
+            AddAlibaba(dir, "shape-ali-" + std::string(a.what) + "-s" + std::to_string(v.seed), v, out));
+      }
+    }
+    for (const Syn& y : syn) {
+      SyntheticOptions o;
+      o.seed = 3001 + 100 * draw + (&y - syn);
+      o.jobs = 1500;
+      o.nodes = y.nodes;
+      o.gpus_per_node = y.gpus_per_node;
+      o.load = y.load;
+      o.frac_high = y.high;
+      o.frac_medium = y.medium;
+      o.median_duration_s = y.median_s;
+      o.duration_sigma = y.sigma;
+      AddSyntheticShape("shape-syn-s" + std::to_string(o.seed) + "-" + y.what, o, out);
+    }
+  }
+  return Status::OK();
+}
 
 Status TuningSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
   out->clear();
@@ -484,7 +584,7 @@ Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& 
 
 namespace {
 // Every set in run order: the three built by hand, then the drawn ones (development sets 3-10 and
-// the evaluation set).
+// the evaluation set), then the shapes set.
 struct ProtocolSet {
   std::string name;
   Status (*build)(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);  // null: drawn
@@ -492,6 +592,7 @@ struct ProtocolSet {
 std::vector<ProtocolSet> ProtocolSets() {
   std::vector<ProtocolSet> sets = {{"tuning", TuningSet}, {"development", DevelopmentSet}, {"development2", DevelopmentSet2}};
   for (const DrawnSet& d : kDrawnSets) sets.push_back({d.name, nullptr});
+  sets.push_back({"shapes", ShapesSet});
   return sets;
 }
 
@@ -521,10 +622,11 @@ void PrintSummary(const std::string& name, const std::vector<double>& jitters_s,
   row("all", all);
 }
 
-// Whether RunSets' `which` takes `set`.
+// Whether RunSets' `which` takes `set`. "choice" is the sets settings may be chosen on: the tuning
+// set and the development sets, never the evaluation or shapes set.
 bool Selects(const std::string& which, const std::string& set) {
   return which == set || (which == "both" && (set == "tuning" || set == "evaluation")) ||
-         (which == "choice" && set != "evaluation");
+         (which == "choice" && (set == "tuning" || set.rfind("development", 0) == 0));
 }
 }  // namespace
 

@@ -45,6 +45,11 @@ Status DevelopmentSet2(const std::string& alibaba_dir, std::vector<ProtocolTrace
 // evaluation sets, each spent by its one run) and "evaluation" (EvaluationSet). kInvalidArgument
 // for another name.
 Status DrawnProtocolSet(const std::string& name, const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
+// The shapes set ("shapes"): 40 traces of cluster shapes and workloads that no other set has (4-GPU
+// nodes, 4- and 8-GPU nodes together, two priority classes, loads, high shares, cluster sizes, job
+// lengths and Alibaba overloads outside the other sets' ranges), declared before any policy ran on
+// it; like the evaluation set, never used to choose a setting.
+Status ShapesSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 
 // The targets on one trace: the policy under test against the two baselines.
 struct TargetResult {
