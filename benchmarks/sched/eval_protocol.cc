@@ -183,11 +183,11 @@ void AddSyntheticShape(const std::string& label, const SyntheticOptions& o, std:
 
 }  // namespace
 
-// The shapes set (declared before any policy ran on it, with the defaults of its commit): cluster
-// shapes and workloads that no other set has and no setting was chosen on — 4-GPU nodes, a cluster
-// with both node sizes, two priority classes, loads, high shares, cluster sizes, job lengths and
-// Alibaba overloads outside the other sets' ranges. Two draws per recipe. Never a choosing set.
-Status ShapesSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+// The shape recipes (cluster shapes and workloads the drawn sets do not have: 4-GPU nodes, a
+// cluster with both node sizes, two priority classes, loads, high shares, cluster sizes, job
+// lengths and Alibaba overloads outside the drawn sets' ranges), two draws each: seeds
+// `seed_base` + recipe and `seed_base` + 100 + recipe, labels "<prefix>-ali-…" / "<prefix>-syn-…".
+Status AddShapes(const std::string& dir, const char* prefix, uint64_t seed_base, std::vector<ProtocolTrace>* out) {
   out->clear();
   struct Syn {
     const char* what;  // the label's shape part
@@ -226,14 +226,14 @@ Status ShapesSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
     if (!dir.empty()) {
       for (const Ali& a : ali) {
         AlibabaVariant v = a.v;
-        v.seed = 3001 + 100 * draw + (&a - ali);
+        v.seed = seed_base + 100 * draw + (&a - ali);
         PREEMPT_RETURN_IF_ERROR(
-            AddAlibaba(dir, "shape-ali-" + std::string(a.what) + "-s" + std::to_string(v.seed), v, out));
+            AddAlibaba(dir, std::string(prefix) + "-ali-" + a.what + "-s" + std::to_string(v.seed), v, out));
       }
     }
     for (const Syn& y : syn) {
       SyntheticOptions o;
-      o.seed = 3001 + 100 * draw + (&y - syn);
+      o.seed = seed_base + 100 * draw + (&y - syn);
       o.jobs = 1500;
       o.nodes = y.nodes;
       o.gpus_per_node = y.gpus_per_node;
@@ -242,10 +242,22 @@ Status ShapesSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
       o.frac_medium = y.medium;
       o.median_duration_s = y.median_s;
       o.duration_sigma = y.sigma;
-      AddSyntheticShape("shape-syn-s" + std::to_string(o.seed) + "-" + y.what, o, out);
+      AddSyntheticShape(std::string(prefix) + "-syn-s" + std::to_string(o.seed) + "-" + y.what, o, out);
     }
   }
   return Status::OK();
+}
+
+// The first shapes set (seeds 3001-3013, 3101-3113), declared in 1c5337f and run once with the
+// defaults of that commit; spent, it became this development set (labels "devshape-…").
+Status DevelopmentShapesSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  return AddShapes(dir, "devshape", 3001, out);
+}
+
+// The shapes set: the same recipes with seeds 3201-3213 and 3301-3313, declared after the first
+// one's run and before any policy ran on it. Never a choosing set.
+Status ShapesSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  return AddShapes(dir, "shape", 3201, out);
 }
 
 Status TuningSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
@@ -584,7 +596,7 @@ Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& 
 
 namespace {
 // Every set in run order: the three built by hand, then the drawn ones (development sets 3-10 and
-// the evaluation set), then the shapes set.
+// the evaluation set), then the shapes development set and the shapes set.
 struct ProtocolSet {
   std::string name;
   Status (*build)(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);  // null: drawn
@@ -592,6 +604,7 @@ struct ProtocolSet {
 std::vector<ProtocolSet> ProtocolSets() {
   std::vector<ProtocolSet> sets = {{"tuning", TuningSet}, {"development", DevelopmentSet}, {"development2", DevelopmentSet2}};
   for (const DrawnSet& d : kDrawnSets) sets.push_back({d.name, nullptr});
+  sets.push_back({"development-shapes", DevelopmentShapesSet});
   sets.push_back({"shapes", ShapesSet});
   return sets;
 }
@@ -623,7 +636,7 @@ void PrintSummary(const std::string& name, const std::vector<double>& jitters_s,
 }
 
 // Whether RunSets' `which` takes `set`. "choice" is the sets settings may be chosen on: the tuning
-// set and the development sets, never the evaluation or shapes set.
+// set and the development sets (development-shapes included), never the evaluation or shapes set.
 bool Selects(const std::string& which, const std::string& set) {
   return which == set || (which == "both" && (set == "tuning" || set == "evaluation")) ||
          (which == "choice" && (set == "tuning" || set.rfind("development", 0) == 0));

@@ -45,11 +45,13 @@ Status DevelopmentSet2(const std::string& alibaba_dir, std::vector<ProtocolTrace
 // evaluation sets, each spent by its one run) and "evaluation" (EvaluationSet). kInvalidArgument
 // for another name.
 Status DrawnProtocolSet(const std::string& name, const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
-// The shapes set ("shapes"): 40 traces of cluster shapes and workloads that no other set has (4-GPU
-// nodes, 4- and 8-GPU nodes together, two priority classes, loads, high shares, cluster sizes, job
-// lengths and Alibaba overloads outside the other sets' ranges), declared before any policy ran on
-// it; like the evaluation set, never used to choose a setting.
+// The shapes set ("shapes"): 40 traces of cluster shapes and workloads that the drawn sets do not
+// have (4-GPU nodes, 4- and 8-GPU nodes together, two priority classes, loads, high shares, cluster
+// sizes, job lengths and Alibaba overloads outside their ranges), declared before any policy ran on
+// it; like the evaluation set, never used to choose a setting. "development-shapes": the same
+// recipes with the first shapes set's seeds, spent by its one run, now a development set.
 Status ShapesSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
+Status DevelopmentShapesSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 
 // The targets on one trace: the policy under test against the two baselines.
 struct TargetResult {
