@@ -265,6 +265,9 @@ std::vector<Field> MakeFields() {
   f.push_back(Number("repeat_victim_weight", "victim cost", "number", 0, 1e6, "[0, 1e6]", &O::repeat_victim_weight,
                      "each earlier preemption or move of a victim multiplies its cost in the victim search by 1 + "
                      "this (0 = off)"));
+  f.push_back(Count("few_victims_first", "victim cost", &O::few_victims_first,
+                    "a preemptor's victim search ranks nodes needing at most this many victims before nodes "
+                    "needing more (after protected GPUs and in time, before lost work; 0 = off)"));
   f.push_back(HighTolerableWaitField());
   f.push_back(Seconds("tolerable_kill_max_lost_s", "tolerable wait", &O::tolerable_kill_max_lost_s,
                       "a too-slow saver with more uncommitted work than this saves anyway (0 = no limit)"));
@@ -461,6 +464,7 @@ PolicyOptions HintAwareNoRulesPolicy() {
   c.ahead_checkpoints = 0;
   c.high_wait_guard_s = 0;
   c.high_in_time_first = false;
+  c.few_victims_first = 0;
   return c;
 }
 

@@ -15,6 +15,7 @@ bool BetterChoice(const Choice& a, const Choice& b, PolicyKind kind) {
   }
   if (a.protected_gpus != b.protected_gpus) return a.protected_gpus < b.protected_gpus;
   if (a.late != b.late) return !a.late;
+  if (a.many != b.many) return !a.many;
   if (std::fabs(a.cost - b.cost) > 1e-9) return a.cost < b.cost;
   if (std::fabs(a.lost_work_gpu_s - b.lost_work_gpu_s) > 1e-9) return a.lost_work_gpu_s < b.lost_work_gpu_s;
   if (a.count != b.count) return a.count < b.count;
@@ -101,6 +102,7 @@ void VictimSearch::cheapest_first(const Job& j, const std::vector<int>& cand, co
   c->late = j.cls == PriorityClass::kHigh && cfg.high_in_time_first && cfg.high_wait_guard_s > 0 &&
             wait > cfg.high_wait_guard_s;
   c->lost_work_gpu_s = raw;
+  c->many = cfg.few_victims_first > 0 && static_cast<int>(c->victims.size()) > cfg.few_victims_first;
 }
 
 // The best victim set on one node for pending job j (node = -1 when there is none).

@@ -33,6 +33,9 @@ struct Choice {
   // A high preemptor's victims take longer than high_wait_guard_s to leave (high_in_time_first):
   // ranked after every choice that is in time, after protected GPUs.
   bool late = false;
+  // More victims than PolicyOptions::few_victims_first: ranked after every choice with fewer,
+  // after `late`.
+  bool many = false;
 };
 bool BetterChoice(const Choice& a, const Choice& b, PolicyKind kind);
 

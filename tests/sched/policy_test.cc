@@ -543,7 +543,9 @@ TEST(Policy, HeadroomKeptFreeWhileHighDemandIsRecentTable) {
     Decisions d = Decide(b.st, p);
     EXPECT_EQ(find(d, "new") != nullptr, c.starts)
         << c.high_running << " + " << c.lows_running << " GPUs held, " << c.gpus << " wanted\n" << Dump(d);
-    if (!c.starts) EXPECT_EQ(d.recheck_at, kNow - 100 + 3600) << "the window's end, not the wait's\n" << Dump(d);
+    if (!c.starts) {
+      EXPECT_EQ(d.recheck_at, kNow - 100 + 3600) << "the window's end, not the wait's\n" << Dump(d);
+    }
   }
   // The defaults keep 3 % (1 GPU of 40) free while high demand is recent.
   B b({8, 8, 8, 8, 8});
@@ -689,6 +691,42 @@ TEST(Policy, HighJobsTakeVictimsThatLeaveInTimeFirst) {
   ASSERT_TRUE(PolicyFromJson(R"({"high_in_time_first":false})", &p).ok());
   EXPECT_FALSE(p.high_in_time_first);
   EXPECT_FALSE(PolicyFromJson(R"({"high_in_time_first":1})", &p).ok());
+}
+
+// few_victims_first: where one job frees the preemptor's GPUs on one node and four cheaper ones
+// on another, a preemptor (high or medium) takes the one; with the rule off, or a limit of four,
+// the four cheaper ones.
+TEST(Policy, FewVictimsFirst) {
+  const struct {
+    const char* name;
+    PriorityClass cls;
+    int few_victims_first;
+    size_t victims;
+  } cases[] = {{"high, at most 3 first: the one larger job", H, 3, 1},
+               {"medium, at most 3 first: the one larger job", M, 3, 1},
+               {"high, rule off: the four cheaper jobs", H, 0, 4},
+               {"high, at most 4 first: the four cheaper jobs", H, 4, 4}};
+  for (const auto& c : cases) {
+    B b({4, 4});
+    for (int i = 0; i < 4; ++i) b.run("small" + std::to_string(i), L, 1, 0, 3600, MakeHints(100));
+    b.run("big", L, 4, 1, 3600, MakeHints(100)).restore_s = 100;  // 4 x 100 s more to restore
+    b.pend("new", c.cls, 4, 7200);
+    PolicyOptions p;
+    p.few_victims_first = c.few_victims_first;
+    const Decisions d = Decide(b.st, p);
+    EXPECT_EQ(d.actions.size(), c.victims) << c.name << "\n" << Dump(d);
+    for (const JobAction& a : d.actions) {
+      EXPECT_EQ(a.for_job, "new") << c.name;
+      EXPECT_EQ(a.job == "big", c.victims == 1) << c.name << ": " << a.job;
+    }
+  }
+  PolicyOptions p;
+  EXPECT_EQ(p.few_victims_first, 3);
+  EXPECT_EQ(HintAwareNoRulesPolicy().few_victims_first, 0);
+  ASSERT_TRUE(PolicyFromJson(R"({"few_victims_first":0})", &p).ok());
+  EXPECT_EQ(p.few_victims_first, 0);
+  EXPECT_FALSE(PolicyFromJson(R"({"few_victims_first":-1})", &p).ok());
+  EXPECT_FALSE(PolicyFromJson(R"({"few_victims_first":2.5})", &p).ok());
 }
 
 }  // namespace

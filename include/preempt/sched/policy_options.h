@@ -115,6 +115,15 @@ struct PolicyOptions {
   // (benchmarks/sched/results/NOTES.md, "High jobs take victims that leave in time first").
   bool high_in_time_first = true;
 
+  // A preemptor's victim search ranks nodes whose victim set has at most this many jobs before
+  // nodes that need more (after protected GPUs and high_in_time_first, before lost work; 0 = off).
+  // Every victim is a disrupted job with its own restore and requeue: where free GPUs can be made
+  // from one large job or from several small ones, the cheapest set is often many small ones,
+  // which is what made the preemption count double the Kubernetes order's on two-class clusters
+  // (the Kubernetes order ranks nodes by fewest victims). Chosen on the tuning and development
+  // sets (benchmarks/sched/results/NOTES.md, "At most three victims first").
+  int few_victims_first = 3;
+
   // --- high-wait guard: while the high-priority jobs' first starts (ClusterState::high_starts, of
   // the last high_wait_guard_window_s, with the pending high jobs that never started) are at risk
   // of missing the wait target, a too-slow saver for a high preemptor is killed whenever the
