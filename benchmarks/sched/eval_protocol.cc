@@ -248,16 +248,20 @@ Status AddShapes(const std::string& dir, const char* prefix, uint64_t seed_base,
   return Status::OK();
 }
 
-// The first shapes set (seeds 3001-3013, 3101-3113), declared in 1c5337f and run once with the
-// defaults of that commit; spent, it became this development set (labels "devshape-…").
+// The first shapes set (seeds 3001-3013, 3101-3113), declared in 1c5337f, and the second (seeds
+// 3201-3213, 3301-3313), declared in 95b6380, each run once and spent: development sets now
+// (labels "devshape-…", "devshape2-…").
 Status DevelopmentShapesSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
   return AddShapes(dir, "devshape", 3001, out);
 }
+Status DevelopmentShapesSet2(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  return AddShapes(dir, "devshape2", 3201, out);
+}
 
-// The shapes set: the same recipes with seeds 3201-3213 and 3301-3313, declared after the first
+// The shapes set: the same recipes with seeds 3401-3413 and 3501-3513, declared after the second
 // one's run and before any policy ran on it. Never a choosing set.
 Status ShapesSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  return AddShapes(dir, "shape", 3201, out);
+  return AddShapes(dir, "shape", 3401, out);
 }
 
 Status TuningSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
@@ -393,9 +397,10 @@ const DrawnSet kDrawnSets[] = {
     {"development8", "dev8", {{1300, 1400}, {1400, 1500}, {1500, 1600}}},  // 6th, b4244ec
     {"development9", "dev9", {{1600, 1700}, {1700, 1800}, {1800, 1900}}},  // 7th, c8fa47c
     {"development10", "dev10", {{1900, 2000}, {2000, 2100}, {2100, 2200}}},  // 8th, f31ff88
-    // The evaluation set, declared after the eighth one's run (2b1cd8f): run once with the
-    // defaults chosen on the tuning set and development sets 1-10.
-    {"evaluation", "eval", {{2200, 2300}, {2300, 2400}, {2400, 2500}}},
+    {"development11", "dev11", {{2200, 2300}, {2300, 2400}, {2400, 2500}}},  // 9th, 2b1cd8f
+    // The evaluation set, declared after the ninth one's run: run once with the defaults chosen on
+    // the tuning set, development sets 1-11 and the shapes development sets.
+    {"evaluation", "eval", {{2500, 2600}, {2600, 2700}, {2700, 2800}}},
 };
 
 const DrawnSet* FindDrawnSet(const std::string& name) {
@@ -605,6 +610,7 @@ std::vector<ProtocolSet> ProtocolSets() {
   std::vector<ProtocolSet> sets = {{"tuning", TuningSet}, {"development", DevelopmentSet}, {"development2", DevelopmentSet2}};
   for (const DrawnSet& d : kDrawnSets) sets.push_back({d.name, nullptr});
   sets.push_back({"development-shapes", DevelopmentShapesSet});
+  sets.push_back({"development-shapes2", DevelopmentShapesSet2});
   sets.push_back({"shapes", ShapesSet});
   return sets;
 }
