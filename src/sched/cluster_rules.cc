@@ -132,6 +132,7 @@ bool ClusterRules::headroom_kept_free() const {
 
 bool ClusterRules::keeps_off_reserved_node(const Job& j, int node) {
   if (node < 0 || p_.free(node) != p_.st.nodes[node].gpus) return false;  // not a whole free node
+  if (p_.st.nodes[node].gpus != p_.max_node) return false;  // the reserve is of the largest nodes
   if (j.claimed_node == node) return false;                               // its victims' node
   return reserve_binds(j);
 }

@@ -65,7 +65,7 @@ PassState::PassState(const ClusterState& state, const PolicyOptions& config, con
   for (int i = 0; i < n_nodes; ++i) {
     if (free_[i] > 0) by_free_.emplace(free_[i], i);
     free_sum_ += std::max(0, free_[i]);
-    whole_free_ += free_[i] > 0 && free_[i] == st.nodes[i].gpus;
+    whole_free_ += free_[i] > 0 && free_[i] == st.nodes[i].gpus && st.nodes[i].gpus == max_node;
   }
   if (cfg.kind != PolicyKind::kFcfs && cfg.suspend.open(now)) suspended[static_cast<int>(cfg.suspend.cls)] = true;
   if (hint) {
@@ -91,7 +91,7 @@ void PassState::set_free(int node, int value) {
   if (free_[node] > 0) by_free_.erase({free_[node], node});
   free_sum_ += std::max(0, value) - std::max(0, free_[node]);
   const int gpus = st.nodes[node].gpus;
-  whole_free_ += (value > 0 && value == gpus) - (free_[node] > 0 && free_[node] == gpus);
+  if (gpus == max_node) whole_free_ += (value > 0 && value == gpus) - (free_[node] > 0 && free_[node] == gpus);
   node_version_[node]++;
   free_[node] = value;
   if (value > 0) by_free_.emplace(value, node);

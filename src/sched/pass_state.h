@@ -88,7 +88,10 @@ class PassState {
 
   int free(int node) const { return free_[node]; }
   int free_sum() const { return free_sum_; }  // free GPUs over all nodes (negative counts as 0)
-  int whole_free() const { return whole_free_; }  // nodes with every GPU free
+  // Nodes of the largest size (max_node GPUs) with every GPU free: the whole nodes the reserve
+  // (PolicyOptions::reserved_nodes) counts. A smaller node, free, does not help a job that needs a
+  // large one.
+  int whole_free() const { return whole_free_; }
   // Bumped on every change of a node's free GPUs.
   int node_version(int node) const { return node_version_[node]; }
   // (free, node) of nodes with free GPUs, ascending: the first that fits is the best fit.

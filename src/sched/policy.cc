@@ -156,13 +156,9 @@ class Placer {
     const int node = p_.best_fit(j.gpus);
     if (node < 0) return false;  // nothing fits: a reserve holds back only a job that fits
     if (rules_.headroom_allows(j)) {
-      if (rules_.keeps_off_reserved_node(j, node)) {
-        // Every node as free as the best fit is a reserved whole node; one with more free GPUs
-        // may still be partly used (nodes of several sizes). Else it waits.
-        for (auto it = p_.by_free().upper_bound({p_.free(node), p_.n_nodes}); it != p_.by_free().end(); ++it)
-          if (!rules_.keeps_off_reserved_node(j, it->second)) return start_on(ji, it->second, "off the reserved nodes");
-        return true;
-      }
+      // The best fit is a reserved whole node only when every node it fits on is one (the reserve
+      // is of the largest nodes, and a partly used node that fits is a better fit): it waits.
+      if (rules_.keeps_off_reserved_node(j, node)) return true;
       return start_on(ji, node, "best fit");
     }
     // It fits, but the headroom holds it back: it waits rather than preempting lower work. (A job

@@ -57,6 +57,24 @@ TEST(Reserve, KeepsCostlyLowerJobsOffTheLastWholeNode) {
   }
 }
 
+// On a cluster of 8- and 4-GPU nodes the reserve is of 8-GPU nodes: a free 4-GPU node neither
+// counts toward it nor is kept free. n0 (8) is free, n1 (8) holds a 6-GPU high job, n2 (4) is
+// free; a costly 8-GPU medium job is kept off n0 (the last free 8-GPU node), a costly 4-GPU one
+// takes n2. (Counting n2, the first took n0 and the second was kept off n2.)
+TEST(Reserve, ReservesOnlyNodesOfTheLargestSize) {
+  B b({8, 8, 4});
+  b.run("high", H, 6, 1, 100, MakeHints(10));
+  b.pend("med8", M, 8, 50).restore_s = 100;
+  b.pend("med4", M, 4, 40).restore_s = 200;  // 4 x 200 s >= 720: costly too
+  const Decisions d = Decide(b.st, Reserve());
+  EXPECT_EQ(find(d, "med8"), nullptr) << "kept off the last free 8-GPU node\n" << Dump(d);
+  const JobAction* small = find(d, "med4");
+  ASSERT_NE(small, nullptr) << Dump(d);
+  EXPECT_EQ(small->kind, ActionKind::kStart);
+  EXPECT_EQ(small->node, 2) << "the free 4-GPU node is not reserved\n" << Dump(d);
+  for (const JobAction& a : d.actions) EXPECT_EQ(a.kind, ActionKind::kStart) << Dump(d);
+}
+
 // A lower job the reserve binds does not preempt instead: evicting cheap jobs for it would only
 // put a costly victim where the next high arrival needs room. Three 8-GPU nodes: n0 holds a high
 // job and a cheap low job, n1 a cheap low job; an 8-GPU medium job waits.
@@ -148,25 +166,6 @@ TEST(Reserve, HighJobsTakeTheReservedNodeAtOnce) {
   ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
   EXPECT_EQ(d.actions[0].job, "big-high");
   EXPECT_EQ(d.actions[0].node, 1);
-}
-
-TEST(Reserve, SmallerLowerJobsUsePartlyUsedNodesInstead) {
-  // n0: 4 GPUs, all free (the only whole free node); n1: 8 GPUs, 2 used by a high job. A 4-GPU
-  // medium job costly to restore fits best on n0, which is reserved: it starts on n1.
-  B b({4, 8});
-  b.run("high", H, 2, 1, 100, MakeHints(10));
-  b.pend("med", M, 4, 50).restore_s = 200;
-  Decisions d = Decide(b.st, Reserve());
-  const JobAction* a = find(d, "med");
-  ASSERT_NE(a, nullptr) << Dump(d);
-  EXPECT_EQ(a->node, 1);
-  EXPECT_NE(a->reason.find("off the reserved nodes"), std::string::npos) << a->reason;
-  // Without the reserve it takes the best fit.
-  PolicyOptions off = Reserve();
-  off.reserved_nodes = 0;
-  d = Decide(b.st, off);
-  ASSERT_NE(find(d, "med"), nullptr) << Dump(d);
-  EXPECT_EQ(find(d, "med")->node, 0);
 }
 
 TEST(Reserve, ItsDefaultsAreOnAndParsed) {

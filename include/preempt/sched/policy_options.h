@@ -195,8 +195,8 @@ struct PolicyOptions {
   bool refill_headroom = false;
   double low_guaranteed_share = 0;  // low may always hold this fraction; never preempted below it
   // Whole nodes kept free for high priority: a job below high priority whose restore costs at
-  // least reserved_nodes_min_restore_gpu_s (GPUs x restore time) does not start on a node with
-  // every GPU free while at most this many nodes are, and while a high-priority job submitted
+  // least reserved_nodes_min_restore_gpu_s (GPUs x restore time) does not start on a node of the
+  // cluster's largest size with every GPU free while at most this many such nodes are, and while a high-priority job submitted
   // within reserved_nodes_high_window_s (0 = any time) is pending or running; it waits (it does
   // not preempt instead). High jobs start there at once, so large, costly-to-evict lower jobs
   // are not started only to be evicted for the next high arrival. Paid in their wait
