@@ -248,20 +248,24 @@ Status AddShapes(const std::string& dir, const char* prefix, uint64_t seed_base,
   return Status::OK();
 }
 
-// The first shapes set (seeds 3001-3013, 3101-3113), declared in 1c5337f, and the second (seeds
-// 3201-3213, 3301-3313), declared in 95b6380, each run once and spent: development sets now
-// (labels "devshape-…", "devshape2-…").
+// The first shapes set (seeds 3001-3013, 3101-3113), declared in 1c5337f, the second (seeds
+// 3201-3213, 3301-3313), declared in 95b6380, and the third (3401-3413, 3501-3513), declared in
+// 1833087, each run once and spent: development sets now (labels "devshape-…", "devshape2-…",
+// "devshape3-…").
 Status DevelopmentShapesSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
   return AddShapes(dir, "devshape", 3001, out);
 }
 Status DevelopmentShapesSet2(const std::string& dir, std::vector<ProtocolTrace>* out) {
   return AddShapes(dir, "devshape2", 3201, out);
 }
+Status DevelopmentShapesSet3(const std::string& dir, std::vector<ProtocolTrace>* out) {
+  return AddShapes(dir, "devshape3", 3401, out);
+}
 
-// The shapes set: the same recipes with seeds 3401-3413 and 3501-3513, declared after the second
+// The shapes set: the same recipes with seeds 4601-4613 and 4701-4713, declared after the third
 // one's run and before any policy ran on it. Never a choosing set.
 Status ShapesSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  return AddShapes(dir, "shape", 3401, out);
+  return AddShapes(dir, "shape", 4601, out);
 }
 
 Status TuningSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
@@ -398,9 +402,11 @@ const DrawnSet kDrawnSets[] = {
     {"development9", "dev9", {{1600, 1700}, {1700, 1800}, {1800, 1900}}},  // 7th, c8fa47c
     {"development10", "dev10", {{1900, 2000}, {2000, 2100}, {2100, 2200}}},  // 8th, f31ff88
     {"development11", "dev11", {{2200, 2300}, {2300, 2400}, {2400, 2500}}},  // 9th, 2b1cd8f
-    // The evaluation set, declared after the ninth one's run: run once with the defaults chosen on
-    // the tuning set, development sets 1-11 and the shapes development sets.
-    {"evaluation", "eval", {{2500, 2600}, {2600, 2700}, {2700, 2800}}},
+    {"development12", "dev12", {{2500, 2600}, {2600, 2700}, {2700, 2800}}},  // 10th, 1833087
+    // The evaluation set, declared after the tenth one's run: run once with the defaults chosen on
+    // the tuning set, development sets 1-12 and the shapes development sets. (Synthetic seeds
+    // 3901-4110: above every seed the shapes sets use.)
+    {"evaluation", "eval", {{3700, 3800}, {3800, 3900}, {3900, 4000}}},
 };
 
 const DrawnSet* FindDrawnSet(const std::string& name) {
@@ -611,6 +617,7 @@ std::vector<ProtocolSet> ProtocolSets() {
   for (const DrawnSet& d : kDrawnSets) sets.push_back({d.name, nullptr});
   sets.push_back({"development-shapes", DevelopmentShapesSet});
   sets.push_back({"development-shapes2", DevelopmentShapesSet2});
+  sets.push_back({"development-shapes3", DevelopmentShapesSet3});
   sets.push_back({"shapes", ShapesSet});
   return sets;
 }

@@ -41,19 +41,20 @@ Status DevelopmentSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>
 Status DevelopmentSet2(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 // The sets drawn again from the recipes of development set 2 with fresh seeds, by name:
 // "development3" (two draws, 48 traces), "development4" (one draw; the second evaluation set),
-// "development5" ... "development11" (three draws each, 72 traces; the third to the ninth
+// "development5" ... "development12" (three draws each, 72 traces; the third to the tenth
 // evaluation sets, each spent by its one run) and "evaluation" (EvaluationSet). kInvalidArgument
 // for another name.
 Status DrawnProtocolSet(const std::string& name, const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 // The shapes set ("shapes"): 40 traces of cluster shapes and workloads that the drawn sets do not
 // have (4-GPU nodes, 4- and 8-GPU nodes together, two priority classes, loads, high shares, cluster
 // sizes, job lengths and Alibaba overloads outside their ranges), declared before any policy ran on
-// it; like the evaluation set, never used to choose a setting. "development-shapes" and
-// "development-shapes2": the same recipes with the first and second shapes sets' seeds, each
-// spent by its one run, now development sets.
+// it; like the evaluation set, never used to choose a setting. "development-shapes",
+// "development-shapes2" and "development-shapes3": the same recipes with the first three shapes
+// sets' seeds, each spent by its one run, now development sets.
 Status ShapesSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 Status DevelopmentShapesSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 Status DevelopmentShapesSet2(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
+Status DevelopmentShapesSet3(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 
 // The targets on one trace: the policy under test against the two baselines.
 struct TargetResult {
