@@ -189,25 +189,26 @@ void AddSyntheticShape(const std::string& label, const SyntheticOptions& o, std:
 // `seed_base` + recipe and `seed_base` + 100 + recipe, labels "<prefix>-ali-…" / "<prefix>-syn-…".
 Status AddShapes(const std::string& dir, const char* prefix, uint64_t seed_base, std::vector<ProtocolTrace>* out) {
   out->clear();
+  // Seed (set per draw below), jobs, nodes, GPUs per node, load, high, medium, median duration,
+  // sigma (SyntheticOptions, in its field order).
   struct Syn {
     const char* what;  // the label's shape part
-    int nodes, gpus_per_node;
-    double load, high, medium, median_s, sigma;
+    SyntheticOptions o;
   };
   static const Syn syn[] = {
-      {"n16x4-l1.2-h20", 16, 4, 1.2, 0.2, 0.3, 3600, 1.0},
-      {"n32x4-l1.5-h35", 32, 4, 1.5, 0.35, 0.3, 3600, 1.0},
-      {"n24x4-l1.0-h10", 24, 4, 1.0, 0.1, 0.3, 3600, 1.0},
-      {"n16-l1.2-h20-two-classes", 16, 8, 1.2, 0.2, 0.0, 3600, 1.0},
-      {"n8-l1.5-h35-two-classes", 8, 8, 1.5, 0.35, 0.0, 3600, 1.0},
-      {"n16-l1.2-h20-m60", 16, 8, 1.2, 0.2, 0.6, 3600, 1.0},
-      {"n16-l0.8-h20", 16, 8, 0.8, 0.2, 0.3, 3600, 1.0},
-      {"n16-l2.0-h20", 16, 8, 2.0, 0.2, 0.3, 3600, 1.0},
-      {"n16-l1.2-h5", 16, 8, 1.2, 0.05, 0.3, 3600, 1.0},
-      {"n16-l1.2-h50", 16, 8, 1.2, 0.5, 0.3, 3600, 1.0},
-      {"n48-l1.2-h20", 48, 8, 1.2, 0.2, 0.3, 3600, 1.0},
-      {"n16-l1.2-h20-d600", 16, 8, 1.2, 0.2, 0.3, 600, 1.0},
-      {"n16-l1.2-h20-d4h-sigma1.5", 16, 8, 1.2, 0.2, 0.3, 4 * 3600, 1.5},
+      {"n16x4-l1.2-h20", {0, 1500, 16, 4, 1.2, 0.2, 0.3, 3600, 1.0}},
+      {"n32x4-l1.5-h35", {0, 1500, 32, 4, 1.5, 0.35, 0.3, 3600, 1.0}},
+      {"n24x4-l1.0-h10", {0, 1500, 24, 4, 1.0, 0.1, 0.3, 3600, 1.0}},
+      {"n16-l1.2-h20-two-classes", {0, 1500, 16, 8, 1.2, 0.2, 0.0, 3600, 1.0}},
+      {"n8-l1.5-h35-two-classes", {0, 1500, 8, 8, 1.5, 0.35, 0.0, 3600, 1.0}},
+      {"n16-l1.2-h20-m60", {0, 1500, 16, 8, 1.2, 0.2, 0.6, 3600, 1.0}},
+      {"n16-l0.8-h20", {0, 1500, 16, 8, 0.8, 0.2, 0.3, 3600, 1.0}},
+      {"n16-l2.0-h20", {0, 1500, 16, 8, 2.0, 0.2, 0.3, 3600, 1.0}},
+      {"n16-l1.2-h5", {0, 1500, 16, 8, 1.2, 0.05, 0.3, 3600, 1.0}},
+      {"n16-l1.2-h50", {0, 1500, 16, 8, 1.2, 0.5, 0.3, 3600, 1.0}},
+      {"n48-l1.2-h20", {0, 1500, 48, 8, 1.2, 0.2, 0.3, 3600, 1.0}},
+      {"n16-l1.2-h20-d600", {0, 1500, 16, 8, 1.2, 0.2, 0.3, 600, 1.0}},
+      {"n16-l1.2-h20-d4h-sigma1.5", {0, 1500, 16, 8, 1.2, 0.2, 0.3, 4 * 3600, 1.5}},
   };
   struct Ali {
     const char* what;
@@ -232,16 +233,8 @@ Status AddShapes(const std::string& dir, const char* prefix, uint64_t seed_base,
       }
     }
     for (const Syn& y : syn) {
-      SyntheticOptions o;
+      SyntheticOptions o = y.o;
       o.seed = seed_base + 100 * draw + (&y - syn);
-      o.jobs = 1500;
-      o.nodes = y.nodes;
-      o.gpus_per_node = y.gpus_per_node;
-      o.load = y.load;
-      o.frac_high = y.high;
-      o.frac_medium = y.medium;
-      o.median_duration_s = y.median_s;
-      o.duration_sigma = y.sigma;
       AddSyntheticShape(std::string(prefix) + "-syn-s" + std::to_string(o.seed) + "-" + y.what, o, out);
     }
   }
