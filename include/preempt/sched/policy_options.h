@@ -118,10 +118,10 @@ struct PolicyOptions {
   // A preemptor's victim search ranks nodes whose victim set has at most this many jobs before
   // nodes that need more (after protected GPUs and high_in_time_first, before lost work; 0 = off).
   // Every victim is a disrupted job with its own restore and requeue: where free GPUs can be made
-  // from one large job or from several small ones, the cheapest set is often many small ones,
-  // which is what made the preemption count double the Kubernetes order's on two-class clusters
-  // (the Kubernetes order ranks nodes by fewest victims). Chosen on the tuning and development
-  // sets (benchmarks/sched/results/NOTES.md, "At most three victims first").
+  // from one large job or from several small ones, the cheapest set is often the several small
+  // ones (on clusters with two priority classes `hint` took twice the Kubernetes order's victims;
+  // that order ranks nodes by fewest victims). Chosen on the tuning and development sets
+  // (benchmarks/sched/results/NOTES.md, "At most three victims first").
   int few_victims_first = 3;
 
   // --- high-wait guard: while the high-priority jobs' first starts (ClusterState::high_starts, of
@@ -196,12 +196,12 @@ struct PolicyOptions {
   double low_guaranteed_share = 0;  // low may always hold this fraction; never preempted below it
   // Whole nodes kept free for high priority: a job below high priority whose restore costs at
   // least reserved_nodes_min_restore_gpu_s (GPUs x restore time) does not start on a node of the
-  // cluster's largest size with every GPU free while at most this many such nodes are, and while a high-priority job submitted
-  // within reserved_nodes_high_window_s (0 = any time) is pending or running; it waits (it does
-  // not preempt instead). High jobs start there at once, so large, costly-to-evict lower jobs
-  // are not started only to be evicted for the next high arrival. Paid in their wait
-  // (docs/sched.md). 0 nodes = off. The three values were chosen on the tuning and development
-  // sets (benchmarks/sched/results/NOTES.md).
+  // cluster's largest size with every GPU free while at most this many such nodes are, and while a
+  // high-priority job submitted within reserved_nodes_high_window_s (0 = any time) is pending or
+  // running; it waits (it does not preempt instead). High jobs start there at once, so large,
+  // costly-to-evict lower jobs are not started only to be evicted for the next high arrival. Paid
+  // in their wait (docs/sched.md). 0 nodes = off. The three values were chosen on the tuning and
+  // development sets (benchmarks/sched/results/NOTES.md).
   int reserved_nodes = 1;
   double reserved_nodes_min_restore_gpu_s = 720;
   double reserved_nodes_high_window_s = 3600;
