@@ -161,6 +161,29 @@ void AddSynthetic(const std::string& label, uint64_t seed, int jobs, int nodes, 
   out->push_back({recipe, std::move(t)});
 }
 
+// One policy's figures over a whole set: lost GPU-h, low starved, preemptions + moves and
+// re-preemptions summed, the most-preempted job the largest of any trace.
+struct SetTotals {
+  double lost_gpu_hours = 0;
+  long low_starved = 0, preemptions = 0, repreemptions = 0;
+  int most_preempted = 0;
+  void add(const SimMetrics& m) {
+    lost_gpu_hours += m.lost_gpu_hours;
+    low_starved += m.low_starved_delay;
+    preemptions += m.preemptions + m.moves;
+    repreemptions += m.repreemptions;
+    most_preempted = std::max(most_preempted, m.preemptions_per_job_max);
+  }
+  std::string json() const {
+    char b[256];
+    snprintf(b, sizeof b,
+             "{\"lost_gpu_hours\":%.3f,\"low_starved_delay\":%ld,\"preemptions_and_moves\":%ld,"
+             "\"repreemptions\":%ld,\"most_preempted_job\":%d}",
+             lost_gpu_hours, low_starved, preemptions, repreemptions, most_preempted);
+    return b;
+  }
+};
+
 std::string Pct(double x) {
   char b[32];
   snprintf(b, sizeof b, "%+.0f%%", -100 * x);
@@ -180,8 +203,6 @@ void AddSyntheticShape(const std::string& label, const SyntheticOptions& o, std:
            100 * o.frac_medium, o.median_duration_s, o.duration_sigma);
   out->push_back({recipe, std::move(t)});
 }
-
-}  // namespace
 
 // The shape recipes (cluster shapes and workloads the drawn sets do not have: 4-GPU nodes, a
 // cluster with both node sizes, two priority classes, loads, high shares, cluster sizes, job
@@ -241,25 +262,7 @@ Status AddShapes(const std::string& dir, const char* prefix, uint64_t seed_base,
   return Status::OK();
 }
 
-// The first shapes set (seeds 3001-3013, 3101-3113), declared in 1c5337f, the second (seeds
-// 3201-3213, 3301-3313), declared in 95b6380, and the third (3401-3413, 3501-3513), declared in
-// 1833087, each run once and spent: development sets now (labels "devshape-…", "devshape2-…",
-// "devshape3-…").
-Status DevelopmentShapesSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  return AddShapes(dir, "devshape", 3001, out);
-}
-Status DevelopmentShapesSet2(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  return AddShapes(dir, "devshape2", 3201, out);
-}
-Status DevelopmentShapesSet3(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  return AddShapes(dir, "devshape3", 3401, out);
-}
-
-// The shapes set: the same recipes with seeds 4601-4613 and 4701-4713, declared after the third
-// one's run and before any policy ran on it. Never a choosing set.
-Status ShapesSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
-  return AddShapes(dir, "shape", 4601, out);
-}
+}  // namespace
 
 Status TuningSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
   out->clear();
@@ -402,18 +405,29 @@ const DrawnSet kDrawnSets[] = {
     {"evaluation", "eval", {{3700, 3800}, {3800, 3900}, {3900, 4000}}},
 };
 
-const DrawnSet* FindDrawnSet(const std::string& name) {
-  for (const DrawnSet& d : kDrawnSets)
-    if (name == d.name) return &d;
-  return nullptr;
-}
+// The sets drawn from the shape recipes (AddShapes). The first three were each declared (commit
+// named) before any policy ran on them, run once and spent: development sets now. The shapes set
+// was declared after the third one's run. Never a choosing set.
+struct ShapeSet {
+  const char* name;
+  const char* prefix;
+  uint64_t seed_base;
+};
+const ShapeSet kShapeSets[] = {
+    {"development-shapes", "devshape", 3001},    // 1c5337f
+    {"development-shapes2", "devshape2", 3201},  // 95b6380
+    {"development-shapes3", "devshape3", 3401},  // 1833087
+    {"shapes", "shape", 4601},
+};
 
 }  // namespace
 
 Status DrawnProtocolSet(const std::string& name, const std::string& dir, std::vector<ProtocolTrace>* out) {
-  const DrawnSet* d = FindDrawnSet(name);
-  if (!d) return Status(StatusCode::kInvalidArgument, "no drawn protocol set named '" + name + "'");
-  return AddDraws(dir, d->prefix, d->offsets, out);
+  for (const DrawnSet& d : kDrawnSets)
+    if (name == d.name) return AddDraws(dir, d.prefix, d.offsets, out);
+  for (const ShapeSet& d : kShapeSets)
+    if (name == d.name) return AddShapes(dir, d.prefix, d.seed_base, out);
+  return Status(StatusCode::kInvalidArgument, "no drawn protocol set named '" + name + "'");
 }
 
 Status EvaluationSet(const std::string& dir, std::vector<ProtocolTrace>* out) {
@@ -467,12 +481,9 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
   ProtocolCount counted;
   int* met = counted.met;
   int medium_ok = 0;  // reported beside the targets: what a rule may make medium jobs pay
-  // Reported beside the targets, which are per trace: the same quantities over the whole set, the
-  // policy / k8s / k8s+runtime (lost GPU-h, low starved, preemptions + moves and re-preemptions
-  // summed; the most-preempted job the largest of any trace).
-  double lost_sum[3] = {0, 0, 0};
-  long starved_sum[3] = {0, 0, 0}, preempt_sum[3] = {0, 0, 0}, repreempt_sum[3] = {0, 0, 0};
-  int most_max[3] = {0, 0, 0};
+  // Reported beside the targets, which are per trace: the same quantities over the whole set for
+  // the policy, k8s and k8s+runtime.
+  SetTotals total[3];
   char jitter[32];
   snprintf(jitter, sizeof jitter, "%g", arrival_jitter_s);
   *json += "{\"set\":\"" + set + "\",\"policy\":\"" + name + "\",\"jitter_s\":" + jitter + ",\"traces\":[";
@@ -497,14 +508,9 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
       if (!ok[f]) flags[f] = '-';
     }
     medium_ok += h.medium_wait_mean_s <= 1.2 * k.medium_wait_mean_s + 1;
-    const SimMetrics* three[3] = {&h, &k, &r};
-    for (int p = 0; p < 3; ++p) {
-      lost_sum[p] += three[p]->lost_gpu_hours;
-      starved_sum[p] += three[p]->low_starved_delay;
-      preempt_sum[p] += three[p]->preemptions + three[p]->moves;
-      repreempt_sum[p] += three[p]->repreemptions;
-      most_max[p] = std::max(most_max[p], three[p]->preemptions_per_job_max);
-    }
+    total[0].add(h);
+    total[1].add(k);
+    total[2].add(r);
     int gpus = 0;
     for (const Node& n : t.nodes) gpus += n.gpus;
     printf("%-36s %5zu jobs %3d GPUs | %6.1f %6.1f %6.1f (%s %s) | %6.0f %6.0f %6.0f | %4d %4d %4d | %3d %3d %3d | "
@@ -551,21 +557,15 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
   printf("   %s set, whole set (reported, not targets; %s / k8s / k8s+runtime): lost GPU-h %.1f / %.1f / %.1f; "
          "low starved %ld / %ld / %ld (%.2f x k8s); preemptions+moves %ld / %ld / %ld (%.2f x k8s); "
          "re-preemptions within 1 h %ld / %ld / %ld; most-preempted job %d / %d / %d\n",
-         set.c_str(), name.c_str(), lost_sum[0], lost_sum[1], lost_sum[2], starved_sum[0], starved_sum[1],
-         starved_sum[2], ratio(starved_sum[0], starved_sum[1]), preempt_sum[0], preempt_sum[1], preempt_sum[2],
-         ratio(preempt_sum[0], preempt_sum[1]), repreempt_sum[0], repreempt_sum[1], repreempt_sum[2], most_max[0],
-         most_max[1], most_max[2]);
-  *json += "},\"medium_wait_within_1.2x_k8s\":" + std::to_string(medium_ok) + ",\"whole_set\":{";
-  const char* who[3] = {"policy", "k8s", "k8s_runtime"};
-  for (int p = 0; p < 3; ++p) {
-    char item[256];
-    snprintf(item, sizeof item,
-             "%s\"%s\":{\"lost_gpu_hours\":%.3f,\"low_starved_delay\":%ld,\"preemptions_and_moves\":%ld,"
-             "\"repreemptions\":%ld,\"most_preempted_job\":%d}",
-             p ? "," : "", who[p], lost_sum[p], starved_sum[p], preempt_sum[p], repreempt_sum[p], most_max[p]);
-    *json += item;
-  }
-  *json += "},\"traces_total\":" + std::to_string(n) + "}";
+         set.c_str(), name.c_str(), total[0].lost_gpu_hours, total[1].lost_gpu_hours, total[2].lost_gpu_hours,
+         total[0].low_starved, total[1].low_starved, total[2].low_starved,
+         ratio(total[0].low_starved, total[1].low_starved), total[0].preemptions, total[1].preemptions,
+         total[2].preemptions, ratio(total[0].preemptions, total[1].preemptions), total[0].repreemptions,
+         total[1].repreemptions, total[2].repreemptions, total[0].most_preempted, total[1].most_preempted,
+         total[2].most_preempted);
+  *json += "},\"medium_wait_within_1.2x_k8s\":" + std::to_string(medium_ok) + ",\"whole_set\":{\"policy\":" +
+           total[0].json() + ",\"k8s\":" + total[1].json() + ",\"k8s_runtime\":" + total[2].json() +
+           "},\"traces_total\":" + std::to_string(n) + "}";
   return Status::OK();
 }
 
@@ -600,7 +600,7 @@ Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& 
 
 namespace {
 // Every set in run order: the three built by hand, then the drawn ones (development sets 3-10 and
-// the evaluation set), then the shapes development set and the shapes set.
+// the evaluation set), then those drawn from the shape recipes.
 struct ProtocolSet {
   std::string name;
   Status (*build)(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);  // null: drawn
@@ -608,10 +608,7 @@ struct ProtocolSet {
 std::vector<ProtocolSet> ProtocolSets() {
   std::vector<ProtocolSet> sets = {{"tuning", TuningSet}, {"development", DevelopmentSet}, {"development2", DevelopmentSet2}};
   for (const DrawnSet& d : kDrawnSets) sets.push_back({d.name, nullptr});
-  sets.push_back({"development-shapes", DevelopmentShapesSet});
-  sets.push_back({"development-shapes2", DevelopmentShapesSet2});
-  sets.push_back({"development-shapes3", DevelopmentShapesSet3});
-  sets.push_back({"shapes", ShapesSet});
+  for (const ShapeSet& d : kShapeSets) sets.push_back({d.name, nullptr});
   return sets;
 }
 
