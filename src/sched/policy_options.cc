@@ -268,6 +268,9 @@ std::vector<Field> MakeFields() {
   f.push_back(Count("few_victims_first", "victim cost", &O::few_victims_first,
                     "a preemptor's victim search ranks nodes needing at most this many victims before nodes "
                     "needing more (after protected GPUs and in time, before lost work; 0 = off)"));
+  f.push_back(Flag("fewest_victims_without_medium", "victim cost", &O::fewest_victims_without_medium,
+                   "while no medium job holds or waits for GPUs, the victim search ranks nodes by number of "
+                   "victims, then GPUs freed beyond need (in place of few_victims_first; before lost work)"));
   f.push_back(HighTolerableWaitField());
   f.push_back(Seconds("tolerable_kill_max_lost_s", "tolerable wait", &O::tolerable_kill_max_lost_s,
                       "a too-slow saver with more uncommitted work than this saves anyway (0 = no limit)"));
@@ -465,6 +468,7 @@ PolicyOptions HintAwareNoRulesPolicy() {
   c.high_wait_guard_s = 0;
   c.high_in_time_first = false;
   c.few_victims_first = 0;
+  c.fewest_victims_without_medium = false;
   return c;
 }
 

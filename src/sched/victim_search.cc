@@ -16,6 +16,8 @@ bool BetterChoice(const Choice& a, const Choice& b, PolicyKind kind) {
   if (a.protected_gpus != b.protected_gpus) return a.protected_gpus < b.protected_gpus;
   if (a.late != b.late) return !a.late;
   if (a.many != b.many) return !a.many;
+  if (a.by_count_victims != b.by_count_victims) return a.by_count_victims < b.by_count_victims;
+  if (a.by_count_excess_gpus != b.by_count_excess_gpus) return a.by_count_excess_gpus < b.by_count_excess_gpus;
   if (std::fabs(a.cost - b.cost) > 1e-9) return a.cost < b.cost;
   if (std::fabs(a.lost_work_gpu_s - b.lost_work_gpu_s) > 1e-9) return a.lost_work_gpu_s < b.lost_work_gpu_s;
   if (a.count != b.count) return a.count < b.count;
@@ -39,7 +41,12 @@ std::vector<int> TakeUntilFreed(const std::vector<int>& gpus_in_order, int need)
 }
 
 VictimSearch::VictimSearch(PassState* pass, ClusterRules* rules, const VictimCosts* costs)
-    : p_(*pass), rules_(*rules), costs_(*costs), heaps_(2 * static_cast<size_t>(kNumClasses) * (p_.max_node + 1)) {}
+    : p_(*pass), rules_(*rules), costs_(*costs), heaps_(2 * static_cast<size_t>(kNumClasses) * (p_.max_node + 1)) {
+  // Decided once per pass from the state it started with, so every node's choice is ranked alike.
+  const int medium = static_cast<int>(PriorityClass::kMedium);
+  by_count_ = p_.cfg.fewest_victims_without_medium && p_.placed_by_class[medium] == 0 &&
+              p_.pending_by_class[medium] == 0;
+}
 
 // std heaps put the largest first: "less" = worse choice.
 bool VictimSearch::heap_less(const HeapItem& a, const HeapItem& b) const {
@@ -102,7 +109,13 @@ void VictimSearch::cheapest_first(const Job& j, const std::vector<int>& cand, co
   c->late = j.cls == PriorityClass::kHigh && cfg.high_in_time_first && cfg.high_wait_guard_s > 0 &&
             wait > cfg.high_wait_guard_s;
   c->lost_work_gpu_s = raw;
-  c->many = cfg.few_victims_first > 0 && static_cast<int>(c->victims.size()) > cfg.few_victims_first;
+  const int count = static_cast<int>(c->victims.size());
+  if (by_count_) {
+    c->by_count_victims = count;
+    c->by_count_excess_gpus = std::max(0, c->freed_gpus - need);
+  } else {
+    c->many = cfg.few_victims_first > 0 && count > cfg.few_victims_first;
+  }
 }
 
 // The best victim set on one node for pending job j (node = -1 when there is none).

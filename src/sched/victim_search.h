@@ -36,6 +36,10 @@ struct Choice {
   // More victims than PolicyOptions::few_victims_first: ranked after every choice with fewer,
   // after `late`.
   bool many = false;
+  // While the search ranks by victim count (PolicyOptions::fewest_victims_without_medium, `many`
+  // then unused): the victims, then the GPUs freed beyond the preemptor's need; fewer first, after
+  // `late`. Both 0 otherwise.
+  int by_count_victims = 0, by_count_excess_gpus = 0;
 };
 bool BetterChoice(const Choice& a, const Choice& b, PolicyKind kind);
 
@@ -71,6 +75,7 @@ class VictimSearch {
   ClusterRules& rules_;
   const VictimCosts& costs_;
   std::vector<Heap> heaps_;
+  bool by_count_ = false;  // fewest_victims_without_medium applies in this pass
   int fail_gpus_[2][kNumClasses] = {{1 << 30, 1 << 30, 1 << 30}, {1 << 30, 1 << 30, 1 << 30}};
   WaitCause fail_cause_[2][kNumClasses] = {};
 };

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -713,6 +714,7 @@ TEST(Policy, FewVictimsFirst) {
     b.pend("new", c.cls, 4, 7200);
     PolicyOptions p;
     p.few_victims_first = c.few_victims_first;
+    p.fewest_victims_without_medium = false;  // no medium job here: that rule would rank by count
     const Decisions d = Decide(b.st, p);
     EXPECT_EQ(d.actions.size(), c.victims) << c.name << "\n" << Dump(d);
     for (const JobAction& a : d.actions) {
@@ -727,6 +729,62 @@ TEST(Policy, FewVictimsFirst) {
   EXPECT_EQ(p.few_victims_first, 0);
   EXPECT_FALSE(PolicyFromJson(R"({"few_victims_first":-1})", &p).ok());
   EXPECT_FALSE(PolicyFromJson(R"({"few_victims_first":2.5})", &p).ok());
+}
+
+// fewest_victims_without_medium: a 4-GPU preemptor can be made room for by four cheap 1-GPU jobs
+// (node 0), two cheap 2-GPU jobs (node 1) or one dearer 4-GPU job (node 2). While no medium job
+// holds or waits for GPUs the one job is taken; with a medium job running (on a 1-GPU node the
+// preemptor does not fit), with a medium preemptor, or with the rule off, few_victims_first (3)
+// ranks nodes 1 and 2 alike and cost picks the two 2-GPU jobs.
+TEST(Policy, FewestVictimsWithoutMedium) {
+  const struct {
+    const char* name;
+    PriorityClass cls;
+    bool medium_running;
+    bool rule;
+    std::vector<std::string> victims;
+  } cases[] = {{"high, no medium job: the one 4-GPU job", H, false, true, {"big"}},
+               {"high, a medium job running: the two 2-GPU jobs", H, true, true, {"two0", "two1"}},
+               {"medium preemptor: the two 2-GPU jobs", M, false, true, {"two0", "two1"}},
+               {"high, rule off: the two 2-GPU jobs", H, false, false, {"two0", "two1"}}};
+  for (const auto& c : cases) {
+    B b({4, 4, 4, 1});
+    for (int i = 0; i < 4; ++i) b.run("one" + std::to_string(i), L, 1, 0, 3600, MakeHints(100));
+    for (int i = 0; i < 2; ++i) b.run("two" + std::to_string(i), L, 2, 1, 3600, MakeHints(100));
+    b.run("big", L, 4, 2, 3600, MakeHints(100)).restore_s = 100;  // 4 x 100 s more to restore
+    if (c.medium_running) b.run("med", M, 1, 3, 3600, MakeHints(100));
+    b.pend("new", c.cls, 4, 7200);
+    PolicyOptions p;
+    p.fewest_victims_without_medium = c.rule;
+    const Decisions d = Decide(b.st, p);
+    std::vector<std::string> got;
+    for (const JobAction& a : d.actions) {
+      EXPECT_EQ(a.for_job, "new") << c.name;
+      got.push_back(a.job);
+    }
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got, c.victims) << c.name << "\n" << Dump(d);
+  }
+  // Among single victims, the one freeing fewest GPUs beyond the need first: a 4-GPU job on a
+  // 4-GPU node before a cheaper 8-GPU job on an 8-GPU node (cost picks the 8-GPU job without the
+  // rule).
+  for (const bool rule : {true, false}) {
+    B b({4, 8});
+    b.run("four", L, 4, 0, 3600, MakeHints(100)).restore_s = 100;
+    b.run("eight", L, 8, 1, 3600, MakeHints(10));
+    b.pend("new", H, 4, 7200);
+    PolicyOptions p;
+    p.fewest_victims_without_medium = rule;
+    const Decisions d = Decide(b.st, p);
+    ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
+    EXPECT_EQ(d.actions[0].job, rule ? "four" : "eight") << Dump(d);
+  }
+  PolicyOptions p;
+  EXPECT_TRUE(p.fewest_victims_without_medium);
+  EXPECT_FALSE(HintAwareNoRulesPolicy().fewest_victims_without_medium);
+  ASSERT_TRUE(PolicyFromJson(R"({"fewest_victims_without_medium":false})", &p).ok());
+  EXPECT_FALSE(p.fewest_victims_without_medium);
+  EXPECT_FALSE(PolicyFromJson(R"({"fewest_victims_without_medium":1})", &p).ok());
 }
 
 }  // namespace

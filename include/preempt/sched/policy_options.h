@@ -123,6 +123,16 @@ struct PolicyOptions {
   // that order ranks nodes by fewest victims). Chosen on the tuning and development sets
   // (benchmarks/sched/results/NOTES.md, "At most three victims first").
   int few_victims_first = 3;
+  // While no medium-class job holds or waits for GPUs (a cluster of two priority classes, or a
+  // lull in medium work), the victim search ranks nodes by their number of victims, then by the
+  // GPUs they free beyond the preemptor's need, in place of few_victims_first (after protected
+  // GPUs and in time, before lost work). With a medium class, the rules that hold medium jobs back
+  // from low ones save more preemptions than the cheapest victim sets add; without one, every
+  // preemption is a high job's, and the cheapest set of two or three small jobs where one larger
+  // job would do took 1.3-2 x the Kubernetes order's preemptions. Chosen on the tuning, development
+  // and development-shapes sets (benchmarks/sched/results/NOTES.md, "Fewest victims while no
+  // medium job runs").
+  bool fewest_victims_without_medium = true;
 
   // --- high-wait guard: while the high-priority jobs' first starts (ClusterState::high_starts, of
   // the last high_wait_guard_window_s, with the pending high jobs that never started) are at risk
