@@ -38,7 +38,8 @@ struct Choice {
   bool many = false;
   // While the search ranks by victim count (PolicyOptions::fewest_victims_without_medium, `many`
   // then unused): the victims, then the GPUs freed beyond the preemptor's need; fewer first, after
-  // `late`. Both 0 otherwise.
+  // `late`. Both 0 otherwise. (The excess can shrink when the node fills up during the pass; the
+  // lazy heap then re-ranks that node only when its stale entry reaches the top.)
   int by_count_victims = 0, by_count_excess_gpus = 0;
 };
 bool BetterChoice(const Choice& a, const Choice& b, PolicyKind kind);
