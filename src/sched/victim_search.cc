@@ -15,9 +15,8 @@ bool BetterChoice(const Choice& a, const Choice& b, PolicyKind kind) {
   }
   if (a.protected_gpus != b.protected_gpus) return a.protected_gpus < b.protected_gpus;
   if (a.late != b.late) return !a.late;
-  if (a.many != b.many) return !a.many;
-  if (a.by_count_victims != b.by_count_victims) return a.by_count_victims < b.by_count_victims;
-  if (a.by_count_excess_gpus != b.by_count_excess_gpus) return a.by_count_excess_gpus < b.by_count_excess_gpus;
+  if (a.victims_key != b.victims_key) return a.victims_key < b.victims_key;
+  if (a.excess_key != b.excess_key) return a.excess_key < b.excess_key;
   if (std::fabs(a.cost - b.cost) > 1e-9) return a.cost < b.cost;
   if (std::fabs(a.lost_work_gpu_s - b.lost_work_gpu_s) > 1e-9) return a.lost_work_gpu_s < b.lost_work_gpu_s;
   if (a.count != b.count) return a.count < b.count;
@@ -111,10 +110,10 @@ void VictimSearch::cheapest_first(const Job& j, const std::vector<int>& cand, co
   c->lost_work_gpu_s = raw;
   const int count = static_cast<int>(c->victims.size());
   if (by_count_) {
-    c->by_count_victims = count;
-    c->by_count_excess_gpus = std::max(0, c->freed_gpus - need);
+    c->victims_key = count;
+    c->excess_key = std::max(0, c->freed_gpus - need);
   } else {
-    c->many = cfg.few_victims_first > 0 && count > cfg.few_victims_first;
+    c->victims_key = cfg.few_victims_first > 0 && count > cfg.few_victims_first;
   }
 }
 

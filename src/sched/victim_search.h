@@ -33,14 +33,12 @@ struct Choice {
   // A high preemptor's victims take longer than high_wait_guard_s to leave (high_in_time_first):
   // ranked after every choice that is in time, after protected GPUs.
   bool late = false;
-  // More victims than PolicyOptions::few_victims_first: ranked after every choice with fewer,
-  // after `late`.
-  bool many = false;
-  // While the search ranks by victim count (PolicyOptions::fewest_victims_without_medium, `many`
-  // then unused): the victims, then the GPUs freed beyond the preemptor's need; fewer first, after
-  // `late`. Both 0 otherwise. (The excess can shrink when the node fills up during the pass; the
-  // lazy heap then re-ranks that node only when its stale entry reaches the top.)
-  int by_count_victims = 0, by_count_excess_gpus = 0;
+  // How the number of victims ranks the choice, after `late`, lower first. With
+  // PolicyOptions::few_victims_first: 1 when more victims than that, else 0 (excess_key 0). While
+  // fewest_victims_without_medium applies: the number of victims, then the GPUs freed beyond the
+  // preemptor's need. (The excess can shrink when the node fills up during the pass; the lazy
+  // heap then re-ranks that node only when its stale entry reaches the top.)
+  int victims_key = 0, excess_key = 0;
 };
 bool BetterChoice(const Choice& a, const Choice& b, PolicyKind kind);
 
