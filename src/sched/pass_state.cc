@@ -68,9 +68,12 @@ PassState::PassState(const ClusterState& state, const PolicyOptions& config, con
     whole_free_ += free_[i] > 0 && free_[i] == st.nodes[i].gpus && st.nodes[i].gpus == max_node;
   }
   if (cfg.kind != PolicyKind::kFcfs && cfg.suspend.open(now)) suspended[static_cast<int>(cfg.suspend.cls)] = true;
+  const int medium = static_cast<int>(PriorityClass::kMedium);
+  no_medium = placed_by_class[medium] == 0 && pending_by_class[medium] == 0;
   if (hint) {
-    reserve = static_cast<int>(std::floor(cfg.reserved_headroom * total_gpus));
-    if (cfg.reserved_headroom > 0 && total_gpus >= kReserveMinClusterGpus)
+    const double fraction = no_medium ? cfg.reserved_headroom_without_medium : cfg.reserved_headroom;
+    reserve = static_cast<int>(std::floor(fraction * total_gpus));
+    if (fraction > 0 && total_gpus >= kReserveMinClusterGpus)
       reserve = std::max(reserve, std::min(cfg.reserved_headroom_min_gpus, total_gpus));
     nonhigh_cap = total_gpus - reserve;
     low_share = std::floor(cfg.low_guaranteed_share * total_gpus);

@@ -66,6 +66,10 @@ class PassState {
   // GPUs held per class by placed jobs (victims chosen in this pass no longer count).
   int placed_by_class[kNumClasses] = {0, 0, 0};
   int pending_by_class[kNumClasses] = {0, 0, 0};  // pending jobs per class at the start of the pass
+  // No medium-class job held or waited for GPUs at the start of the pass (two priority classes, or
+  // a lull in medium work): PolicyOptions::fewest_victims_without_medium and
+  // reserved_headroom_without_medium apply.
+  bool no_medium = false;
   int started_by_class[kNumClasses] = {0, 0, 0};  // ... of which started in this pass
   std::vector<char> chosen;  // by job index: already a victim (or moved) in this pass
   // GPUs of victims on their way out that nobody is waiting for (headroom refills): they count

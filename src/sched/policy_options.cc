@@ -310,8 +310,11 @@ std::vector<Field> MakeFields() {
                      &O::budget_max_lost_gpu_hours, "estimated lost GPU-hours per queue per window (0 = unlimited)"));
   f.push_back(Number("reserved_headroom", "capacity", "fraction", 0, 1, "[0, 1]", &O::reserved_headroom,
                      "fraction of all GPUs only high priority may take"));
+  f.push_back(Number("reserved_headroom_without_medium", "capacity", "fraction", 0, 1, "[0, 1]",
+                     &O::reserved_headroom_without_medium,
+                     "in place of reserved_headroom while no medium job holds or waits for GPUs"));
   f.push_back(Count("reserved_headroom_min_gpus", "capacity", &O::reserved_headroom_min_gpus,
-                    "with reserved_headroom > 0, the reserve is at least this many GPUs on a cluster of at least "
+                    "with a reserve fraction > 0, the reserve is at least this many GPUs on a cluster of at least "
                     "16 GPUs"));
   f.push_back(Flag("headroom_keep_free", "capacity", &O::headroom_keep_free,
                    "non-high work does not start into the reserved headroom's last free GPUs"));
@@ -457,6 +460,7 @@ PolicyOptions HintAwareNoRulesPolicy() {
   c.budget_max_preemptions = 0;
   c.budget_max_lost_gpu_hours = 0;
   c.reserved_headroom = 0;
+  c.reserved_headroom_without_medium = 0;
   c.headroom_keep_free = false;
   c.refill_headroom = false;
   c.low_guaranteed_share = 0;
@@ -516,6 +520,7 @@ bool PolicyByName(const std::string& name, PolicyOptions* out) {
     p.defrag_max_moves = 4;
   } else if (name == "hint-refill") {  // keep 15 % of the GPUs free for high priority, refilled in the background
     p.reserved_headroom = 0.15;
+    p.reserved_headroom_without_medium = 0.15;
     p.refill_headroom = true;
     p.headroom_high_window_s = 0;
     p.headroom_low_restarts = false;

@@ -42,9 +42,7 @@ std::vector<int> TakeUntilFreed(const std::vector<int>& gpus_in_order, int need)
 VictimSearch::VictimSearch(PassState* pass, ClusterRules* rules, const VictimCosts* costs)
     : p_(*pass), rules_(*rules), costs_(*costs), heaps_(2 * static_cast<size_t>(kNumClasses) * (p_.max_node + 1)) {
   // Decided once per pass from the state it started with, so every node's choice is ranked alike.
-  const int medium = static_cast<int>(PriorityClass::kMedium);
-  by_count_ = p_.cfg.fewest_victims_without_medium && p_.placed_by_class[medium] == 0 &&
-              p_.pending_by_class[medium] == 0;
+  by_count_ = p_.cfg.fewest_victims_without_medium && p_.no_medium;
 }
 
 // std heaps put the largest first: "less" = worse choice.

@@ -85,6 +85,7 @@ TEST(Policy, CheckpointAheadTable) {
     if (std::string(c.preset) != "hint") p.ahead_checkpoints = c.ahead;  // the baselines must ignore it
     p.ahead_when = c.when;
     p.reserved_headroom = c.headroom;
+    p.reserved_headroom_without_medium = c.headroom;
     const Decisions d = Decide(b.st, p);
     const JobAction* a = find(d, "big");
     EXPECT_EQ(a != nullptr && a->kind == ActionKind::kCheckpointAhead, c.asked) << c.name << "\n" << Dump(d);
@@ -171,6 +172,7 @@ TEST(Simulator, CheckpointAheadShortensTheWaitForASlowSaver) {
   o.eviction_latency_s = 1;
   PolicyOptions off;
   off.reserved_headroom = 0;
+  off.reserved_headroom_without_medium = 0;
   PolicyOptions on = off;
   on.ahead_checkpoints = 1;
   SimResult r_off, r_on;

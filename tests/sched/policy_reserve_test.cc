@@ -16,6 +16,7 @@ using namespace policy_testing;
 PolicyOptions Reserve() {
   PolicyOptions p = Hint();
   p.reserved_headroom = 0;
+  p.reserved_headroom_without_medium = 0;
   p.reserved_nodes = 1;
   p.reserved_nodes_min_restore_gpu_s = 720;
   p.reserved_nodes_high_window_s = 3600;

@@ -375,6 +375,7 @@ TEST(Policy, ReservedHeadroomIsForHighPriority) {
     b.pend("new", c.cls, 1);
     PolicyOptions p = Hint();
     p.reserved_headroom = 0.15;
+    p.reserved_headroom_without_medium = 0.15;
     Decisions d = Decide(b.st, p);
     EXPECT_EQ(find(d, "new") != nullptr, c.starts) << PriorityClassName(c.cls) << " " << c.used_by_low << Dump(d);
   }
@@ -388,12 +389,14 @@ TEST(Policy, NonHighBlockedOnlyByTheReserveWaitsInsteadOfPreempting) {
   b.pend("med", M, 1);
   PolicyOptions p = Hint();
   p.reserved_headroom = 0.15;
+  p.reserved_headroom_without_medium = 0.15;
   EXPECT_TRUE(Decide(b.st, p).actions.empty()) << Dump(Decide(b.st, p));
   B full({2, 2});
   full.run("l1", L, 2, 0, 3600, MakeHints(1000));
   full.run("h1", H, 2, 1, 3600, MakeHints(10));
   full.pend("med", M, 2);
   p.reserved_headroom = 0.25;  // 4 GPUs: non-high cap 3; medium replaces the low (2 - 2 + 2 <= 3)
+  p.reserved_headroom_without_medium = 0.25;
   Decisions d = Decide(full.st, p);
   ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
   EXPECT_EQ(d.actions[0].job, "l1");
@@ -465,6 +468,7 @@ TEST(Policy, LowGuaranteedShareIsNotPreempted) {
   b.run("m", M, 9, 0, 10, MakeHints(1));
   PolicyOptions p = Hint();
   p.reserved_headroom = 0.5;
+  p.reserved_headroom_without_medium = 0.5;
   p.low_guaranteed_share = 0.1;
   EXPECT_TRUE(find(Decide(b.st, p), "low"));
 }
@@ -514,6 +518,7 @@ TEST(Policy, HeadroomKeptFreeWhileHighDemandIsRecentTable) {
     if (c.preempted_before) j.last_preempted = kNow - 7000;
     PolicyOptions p = Hint();
     p.reserved_headroom = 0.2;
+    p.reserved_headroom_without_medium = 0.2;
     p.headroom_keep_free = c.keep_free;
     p.headroom_low_restarts = c.low_restarts;
     p.headroom_high_window_s = c.window_s;
@@ -539,6 +544,7 @@ TEST(Policy, HeadroomKeptFreeWhileHighDemandIsRecentTable) {
     b.pend("new", L, c.gpus, 14400);
     PolicyOptions p = Hint();
     p.reserved_headroom = 0.2;
+    p.reserved_headroom_without_medium = 0.2;
     p.headroom_keep_free = true;
     p.headroom_low_wait_s = 14400;
     Decisions d = Decide(b.st, p);
@@ -585,6 +591,7 @@ TEST(Policy, ReserveIsAtLeastOneGpuOnSixteenOrMore) {
     PolicyOptions p;
     p.reserved_headroom_min_gpus = c.min_gpus;
     p.reserved_headroom = c.fraction;
+    p.reserved_headroom_without_medium = c.fraction;
     const Decisions d = Decide(b.st, p);
     EXPECT_EQ(find(d, "new") != nullptr, c.starts)
         << total << " GPUs, min " << c.min_gpus << ", fraction " << c.fraction << "\n" << Dump(d);
@@ -598,6 +605,52 @@ TEST(Policy, ReserveIsAtLeastOneGpuOnSixteenOrMore) {
   EXPECT_FALSE(PolicyFromJson(R"({"reserved_headroom_min_gpus":-1})", &p).ok());
   EXPECT_FALSE(PolicyFromJson(R"({"reserved_headroom_min_gpus":1.5})", &p).ok());
   EXPECT_EQ(p.reserved_headroom_min_gpus, 2) << "unchanged after a refused value";
+}
+
+// While no medium job holds or waits for GPUs, reserved_headroom_without_medium (5 %: 2 GPUs of 40)
+// is kept free in place of reserved_headroom (3 %: 1 GPU): with two GPUs free, a new 1-GPU low job
+// starts only when a medium job runs or waits.
+TEST(Policy, LargerReserveWithoutMedium) {
+  const struct {
+    const char* name;
+    const char* medium;  // "running", "pending" or "none"
+    double fraction;     // reserved_headroom_without_medium
+    bool starts;         // the new low job
+  } cases[] = {
+      {"two classes: 2 GPUs kept", "none", 0.05, false},
+      {"a medium job runs: 1 GPU kept", "running", 0.05, true},
+      {"a medium job waits: 1 GPU kept", "pending", 0.05, true},
+      {"same fraction as with medium", "none", 0.03, true},
+      {"fraction 0: nothing kept", "none", 0, true},
+  };
+  for (const auto& c : cases) {
+    B b({8, 8, 8, 8, 8});
+    b.run("high", H, 1, 0, 100, MakeHints(1));  // recent high demand: the reserve is kept
+    const bool med_runs = std::string(c.medium) == "running";
+    b.run("low0", L, med_runs ? 4 : 5, 0, 3600, MakeHints(1000));
+    if (med_runs) b.run("med", M, 1, 0, 3600, MakeHints(1000));
+    for (int n = 1; n < 5; ++n) b.run("low" + std::to_string(n), L, 8, n, 3600, MakeHints(1000));
+    if (std::string(c.medium) == "pending") b.pend("med", M, 8, 60);  // waits for a whole node
+    b.pend("new", L, 1);
+    PolicyOptions p;
+    p.reserved_headroom_without_medium = c.fraction;
+    const Decisions d = Decide(b.st, p);
+    const JobAction* a = find(d, "new");
+    EXPECT_EQ(a != nullptr && a->kind == ActionKind::kStart, c.starts) << c.name << "\n" << Dump(d);
+    EXPECT_EQ(find(d, "med"), nullptr) << c.name << ": the medium job neither starts nor is evicted\n" << Dump(d);
+    b.st.jobs.pop_back();
+    b.pend("new", H, 1);
+    EXPECT_TRUE(find(Decide(b.st, p), "new")) << c.name << ": high takes a reserved GPU";
+  }
+  PolicyOptions p;
+  EXPECT_DOUBLE_EQ(p.reserved_headroom_without_medium, 0.05);
+  EXPECT_DOUBLE_EQ(HintAwareNoRulesPolicy().reserved_headroom_without_medium, 0);
+  EXPECT_DOUBLE_EQ(KubernetesPolicy().reserved_headroom_without_medium, 0);
+  ASSERT_TRUE(PolicyFromJson(R"({"reserved_headroom_without_medium":0.1})", &p).ok());
+  EXPECT_DOUBLE_EQ(p.reserved_headroom_without_medium, 0.1);
+  EXPECT_FALSE(PolicyFromJson(R"({"reserved_headroom_without_medium":1.5})", &p).ok());
+  EXPECT_FALSE(PolicyFromJson(R"({"reserved_headroom_without_medium":"5%"})", &p).ok());
+  EXPECT_DOUBLE_EQ(p.reserved_headroom_without_medium, 0.1) << "unchanged after a refused value";
 }
 
 TEST(Policy, RefillKeepsReservedHeadroomFree) {
@@ -620,6 +673,7 @@ TEST(Policy, RefillKeepsReservedHeadroomFree) {
     if (c.high_used) b.run("high", H, c.high_used, 0, 3600, MakeHints(1));
     PolicyOptions p = Hint();
     p.reserved_headroom = 0.2;
+    p.reserved_headroom_without_medium = 0.2;
     p.refill_headroom = c.refill;
     p.headroom_high_window_s = 0;  // refill whatever the high demand (the window has its own test)
     Decisions d = Decide(b.st, p);
@@ -643,6 +697,7 @@ TEST(Policy, RefillKeepsReservedHeadroomFree) {
   b.st.jobs[1].phase = JobPhase::kCheckpointing;
   PolicyOptions p = Hint();
   p.reserved_headroom = 0.2;
+  p.reserved_headroom_without_medium = 0.2;
   p.refill_headroom = true;
   p.headroom_high_window_s = 0;
   for (const auto& a : Decide(b.st, p).actions) EXPECT_NE(a.kind, ActionKind::kRequestCheckpoint) << a.job;
@@ -653,6 +708,7 @@ TEST(Policy, RefillKeepsReservedHeadroomFree) {
   EXPECT_FALSE(find(Decide(q.st, p), "newlow"));
   p.refill_headroom = false;
   p.reserved_headroom = 0.1;
+  p.reserved_headroom_without_medium = 0.1;
   EXPECT_TRUE(find(Decide(q.st, p), "newlow"));
 }
 

@@ -116,6 +116,7 @@ TEST(SuspendWindow, SimulatorHonoursIt) {
     SimResult r;
     PolicyOptions p = LowOffFrom2hTo4h();
     p.reserved_headroom = 0;  // both low jobs fit at once
+    p.reserved_headroom_without_medium = 0;
     ASSERT_TRUE(Simulate(t, p, o, &r).ok());
     EXPECT_TRUE(r.violations.empty()) << r.violations[0];
     EXPECT_EQ(r.preemptions[0], 1);              // suspended once, at 2 h

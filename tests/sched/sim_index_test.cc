@@ -71,6 +71,7 @@ TEST(IndexedPass, SameRunWhenSearchesRunOutAndLowPreempts) {
   p.cooldown_s = 0;
   ExpectSameRun(t, p, "hint, 2 searches, no windows");
   p.reserved_headroom = 0.4;
+  p.reserved_headroom_without_medium = 0.4;
   p.low_guaranteed_share = 0.2;
   ExpectSameRun(t, p, "hint, large reserve");
   p.headroom_high_window_s = 0;  // kept free always, low restarts into it

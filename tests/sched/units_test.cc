@@ -63,6 +63,7 @@ TEST(SchedUnits, PassStateTracksFreeGpusAndVersions) {
   ClusterState st = TwoNodes();
   PolicyOptions headroom;
   headroom.reserved_headroom = 0.15;
+  headroom.reserved_headroom_without_medium = 0.15;
   PassState p(st, headroom);
   EXPECT_EQ(p.free(0), 6);
   EXPECT_EQ(p.free(1), 0);

@@ -182,7 +182,15 @@ struct PolicyOptions {
   // 3 % (floor: 1 GPU on 40-64 GPUs, 3 on 128) was chosen on the tuning and development sets
   // (benchmarks/sched/results/NOTES.md).
   double reserved_headroom = 0.03;
-  // ... but at least this many GPUs on a cluster of at least kReserveMinClusterGpus GPUs (the
+  // ... in place of which this fraction applies while no medium-class job holds or waits for GPUs
+  // at the start of a pass (a cluster of two priority classes, or a lull in medium work). With a
+  // medium class the rules that hold medium jobs back from low ones leave GPUs idle for small high
+  // arrivals; without one every high arrival that finds no free GPU is a preemption, and the
+  // Kubernetes order, which keeps nothing free, preempted less than `hint` with 3 %. Chosen on the
+  // tuning, development and development-shapes sets (benchmarks/sched/results/NOTES.md, "A larger
+  // reserve while no medium job runs").
+  double reserved_headroom_without_medium = 0.05;
+  // Either fraction: at least this many GPUs on a cluster of at least kReserveMinClusterGpus GPUs (the
   // fraction rounds down to 0 below 34 GPUs): on 32 GPUs that high work nearly fills, a 1-GPU job
   // below high priority restarted into the last free GPU was evicted for the next small high
   // arrival again and again (the most-preempted job, M, on the development sets). 1 was chosen on
