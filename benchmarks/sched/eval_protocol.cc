@@ -400,16 +400,17 @@ const DrawnSet kDrawnSets[] = {
     {"development11", "dev11", {{2200, 2300}, {2300, 2400}, {2400, 2500}}},  // 9th, 2b1cd8f
     {"development12", "dev12", {{2500, 2600}, {2600, 2700}, {2700, 2800}}},  // 10th, 1833087
     {"development13", "dev13", {{3700, 3800}, {3800, 3900}, {3900, 4000}}},  // 11th, f08b9b0
-    // The evaluation set, declared after the eleventh one's run: run once with the defaults chosen
-    // on the tuning set, development sets 1-13 and the shapes development sets. (Alibaba seeds
-    // 5000 and up, synthetic seeds 5201-5410: above every seed the other sets use, below the fifth
-    // shapes set's 5601.)
-    {"evaluation", "eval", {{5000, 5100}, {5100, 5200}, {5200, 5300}}},
+    {"development14", "dev14", {{5000, 5100}, {5100, 5200}, {5200, 5300}}},  // 12th, de40666
+    // The evaluation set, declared after the twelfth one's run: run once with the defaults chosen
+    // on the tuning set, development sets 1-14 and the shapes development sets. (Alibaba seeds
+    // 6000 and up, synthetic seeds 6201-6410: above every seed the other sets use, below the sixth
+    // shapes set's 6601.)
+    {"evaluation", "eval", {{6000, 6100}, {6100, 6200}, {6200, 6300}}},
 };
 
-// The sets drawn from the shape recipes (AddShapes). The first four were each declared (commit
+// The sets drawn from the shape recipes (AddShapes). The first five were each declared (commit
 // named) before any policy ran on them, run once and spent: development sets now. The shapes set
-// was declared after the fourth one's run. Never a choosing set.
+// was declared after the fifth one's run. Never a choosing set.
 struct ShapeSet {
   const char* name;
   const char* prefix;
@@ -420,7 +421,8 @@ const ShapeSet kShapeSets[] = {
     {"development-shapes2", "devshape2", 3201},  // 95b6380
     {"development-shapes3", "devshape3", 3401},  // 1833087
     {"development-shapes4", "devshape4", 4601},  // f08b9b0
-    {"shapes", "shape", 5601},
+    {"development-shapes5", "devshape5", 5601},  // de40666
+    {"shapes", "shape", 6601},
 };
 
 }  // namespace
