@@ -147,6 +147,11 @@ bool ClusterRules::reserve_binds(const Job& j) {
     if (p_.now >= until) return false;  // no recent high demand
     p_.recheck(until);
   }
+  if (cfg.reserved_nodes_max_wait_s > 0) {
+    const double until = std::max(j.submit_time, j.last_preempted) + cfg.reserved_nodes_max_wait_s;
+    if (p_.now >= until) return false;  // kept off long enough
+    p_.recheck(until);
+  }
   return true;
 }
 

@@ -337,6 +337,9 @@ std::vector<Field> MakeFields() {
                      "a lower job is kept off the reserved nodes when GPUs x restore time is at least this"));
   f.push_back(Seconds("reserved_nodes_high_window_s", "capacity", &O::reserved_nodes_high_window_s,
                       "the nodes are reserved while a high job submitted this recently is present (0 = always)"));
+  f.push_back(Seconds("reserved_nodes_max_wait_s", "capacity", &O::reserved_nodes_max_wait_s,
+                      "a lower job kept off the reserved nodes for this long (since submitted or requeued) no "
+                      "longer is (0 = never)"));
   f.push_back(Seconds("hints_stale_s", "unknown costs", &O::hints_stale_s, "hints older than this are unknown"));
   f.push_back(Seconds("unknown_lost_work_s", "unknown costs", &O::unknown_lost_work_s,
                       "lost work assumed for a job without valid hints (never free)"));

@@ -20,6 +20,7 @@ PolicyOptions Reserve() {
   p.reserved_nodes = 1;
   p.reserved_nodes_min_restore_gpu_s = 720;
   p.reserved_nodes_high_window_s = 3600;
+  p.reserved_nodes_max_wait_s = 0;
   return p;
 }
 
@@ -54,6 +55,50 @@ TEST(Reserve, KeepsCostlyLowerJobsOffTheLastWholeNode) {
     for (const JobAction& a : d.actions) EXPECT_EQ(a.kind, ActionKind::kStart) << c.name << Dump(d);  // never preempts
     if (!c.second_starts) {
       EXPECT_DOUBLE_EQ(d.recheck_at, kNow - c.high_ago + 3600) << c.name;  // the reserve lapses
+    }
+  }
+}
+
+// A job kept off the reserved node for reserved_nodes_max_wait_s (pending since it was submitted,
+// or requeued by its last preemption) no longer is: the reserve's price, the costly lower jobs'
+// wait, is bounded. Three 8-GPU nodes, a recent high job on n0, a costly 8-GPU medium job started
+// on n1; a second one waits for n2, the last whole node.
+TEST(Reserve, KeepsAJobOffForAtMostTheWaitBound) {
+  struct Case {
+    const char* name;
+    double waited;          // since submitted
+    double preempted_ago;   // its last preemption (< 0: never preempted)
+    double bound;           // reserved_nodes_max_wait_s
+    bool starts;
+  };
+  const Case cases[] = {
+      {"waited less than the bound: kept off", 3000, -1, 7200, false},
+      {"waited the bound: starts on the reserved node", 7200, -1, 7200, true},
+      {"submitted long ago, requeued recently: kept off", 20000, 600, 7200, false},
+      {"no bound: kept off however long it waited", 1e6, -1, 0, false},
+  };
+  for (const Case& c : cases) {
+    B b({8, 8, 8});
+    b.run("high", H, 1, 0, 100, MakeHints(10)).submit_time = kNow - 600;
+    b.run("med1", M, 8, 1, 100, MakeHints(10)).restore_s = 100;
+    Job& m = b.pend("med2", M, 8, c.waited);
+    m.restore_s = 100;
+    if (c.preempted_ago >= 0) {
+      m.last_preempted = kNow - c.preempted_ago;
+      m.preemptions = 1;
+    }
+    PolicyOptions p = Reserve();
+    p.reserved_nodes_max_wait_s = c.bound;
+    const Decisions d = Decide(b.st, p);
+    const JobAction* a = find(d, "med2");
+    EXPECT_EQ(a != nullptr, c.starts) << c.name << "\n" << Dump(d);
+    if (a) {
+      EXPECT_EQ(a->kind, ActionKind::kStart) << c.name;
+      EXPECT_EQ(a->node, 2) << c.name;
+    } else if (c.bound > 0) {
+      // Decided again when the bound is reached (or the window lapses, whichever is first).
+      const double since = c.preempted_ago >= 0 ? kNow - c.preempted_ago : kNow - c.waited;
+      EXPECT_DOUBLE_EQ(d.recheck_at, std::min(since + c.bound, kNow - 600 + 3600)) << c.name;
     }
   }
 }
@@ -172,15 +217,20 @@ TEST(Reserve, HighJobsTakeTheReservedNodeAtOnce) {
 TEST(Reserve, ItsDefaultsAreOnAndParsed) {
   PolicyOptions d;
   EXPECT_EQ(d.reserved_nodes, 1);
+  EXPECT_EQ(d.reserved_nodes_high_window_s, 7 * 86400.0);
+  EXPECT_EQ(d.reserved_nodes_max_wait_s, 86400);
   EXPECT_EQ(HintAwareNoRulesPolicy().reserved_nodes, 0);
   PolicyOptions p;
   ASSERT_TRUE(PolicyByName("hint-noreserve", &p));
   EXPECT_EQ(p.reserved_nodes, 0);
-  ASSERT_TRUE(PolicyFromJson(R"({"reserved_nodes":2,"reserved_nodes_min_restore_gpu_s":0,"reserved_nodes_high_window_s":0})",
+  ASSERT_TRUE(PolicyFromJson(R"({"reserved_nodes":2,"reserved_nodes_min_restore_gpu_s":0,"reserved_nodes_high_window_s":0,)"
+                             R"("reserved_nodes_max_wait_s":0})",
                              &p).ok());
   EXPECT_EQ(p.reserved_nodes, 2);
+  EXPECT_EQ(p.reserved_nodes_max_wait_s, 0);
   for (const char* doc : {R"({"reserved_nodes":-1})", R"({"reserved_nodes":1.5})",
-                          R"({"reserved_nodes_min_restore_gpu_s":-1})", R"({"reserved_nodes_high_window_s":1e300})"}) {
+                          R"({"reserved_nodes_min_restore_gpu_s":-1})", R"({"reserved_nodes_high_window_s":1e300})",
+                          R"({"reserved_nodes_max_wait_s":-1})"}) {
     Status s = PolicyFromJson(doc, &p);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << doc;
     EXPECT_NE(s.message().find("reserved_nodes"), std::string::npos) << s.to_string();
@@ -189,7 +239,8 @@ TEST(Reserve, ItsDefaultsAreOnAndParsed) {
 
 // In the simulator: an 8-GPU high job arriving after an 8-GPU medium job starts at once on the
 // node the medium job was kept off, where without the reserve it preempts that job. The medium
-// job starts when the reserve lapses (an hour after the last high submission still present).
+// job starts when the reserve lapses (with an hour's window: an hour after the last high
+// submission still present) or, with a week's window, when it has waited the bound (30 min).
 TEST(Reserve, SimulatedHighJobStartsWithoutAPreemption) {
   Trace t;
   t.name = "reserve";
@@ -200,15 +251,23 @@ TEST(Reserve, SimulatedHighJobStartsWithoutAPreemption) {
   for (bool indexed : {true, false}) {
     SimOptions so;
     so.indexed = indexed;
-    PolicyOptions on, off;
+    PolicyOptions on, bounded, off;
     ASSERT_TRUE(PolicyByName("hint", &on));
+    on.reserved_nodes_high_window_s = 3600;
+    on.reserved_nodes_max_wait_s = 0;
+    ASSERT_TRUE(PolicyByName("hint", &bounded));
+    bounded.reserved_nodes_max_wait_s = 1800;
     ASSERT_TRUE(PolicyByName("hint-noreserve", &off));
-    SimResult r_on, r_off;
+    SimResult r_on, r_bounded, r_off;
     ASSERT_TRUE(Simulate(t, on, so, &r_on).ok());
+    ASSERT_TRUE(Simulate(t, bounded, so, &r_bounded).ok());
     ASSERT_TRUE(Simulate(t, off, so, &r_off).ok());
     EXPECT_EQ(r_on.metrics.preemptions, 0) << indexed;
     EXPECT_DOUBLE_EQ(r_on.first_start[2], 600) << indexed;  // h2 at once
     EXPECT_NEAR(r_on.first_start[1], 3600, 1) << indexed;    // m1 when the reserve lapses
+    EXPECT_EQ(r_bounded.metrics.preemptions, 0) << indexed;
+    EXPECT_DOUBLE_EQ(r_bounded.first_start[2], 600) << indexed;
+    EXPECT_NEAR(r_bounded.first_start[1], 10 + 1800, 1) << indexed;  // m1 after the bound, h0 still running
     EXPECT_EQ(r_on.metrics.completed, 3);
     EXPECT_GE(r_off.metrics.preemptions, 1) << indexed;      // without it, h2 preempts m1
     EXPECT_DOUBLE_EQ(r_off.first_start[1], 10) << indexed;

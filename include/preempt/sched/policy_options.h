@@ -216,13 +216,20 @@ struct PolicyOptions {
   // least reserved_nodes_min_restore_gpu_s (GPUs x restore time) does not start on a node of the
   // cluster's largest size with every GPU free while at most this many such nodes are, and while a
   // high-priority job submitted within reserved_nodes_high_window_s (0 = any time) is pending or
-  // running; it waits (it does not preempt instead). High jobs start there at once, so large,
-  // costly-to-evict lower jobs are not started only to be evicted for the next high arrival. Paid
-  // in their wait (docs/sched.md). 0 nodes = off. The three values were chosen on the tuning and
-  // development sets (benchmarks/sched/results/NOTES.md).
+  // running; it waits (it does not preempt instead) ...
   int reserved_nodes = 1;
   double reserved_nodes_min_restore_gpu_s = 720;
-  double reserved_nodes_high_window_s = 3600;
+  double reserved_nodes_high_window_s = 7 * 86400.0;
+  // ... until it has waited reserved_nodes_max_wait_s since it was submitted or requeued by its
+  // last preemption (0 = no bound); then it may start there, or preempt for room. High jobs start
+  // there at once, so large, costly-to-evict lower jobs are not started only to be evicted for the
+  // next high arrival. Paid in their wait (docs/sched.md). 0 nodes = off. A week's window with a
+  // day's bound replaced an hour's window without a bound (2026-12-07): the reserve no longer
+  // lapses in every pause of high arrivals longer than an hour, and no job is kept off it for more
+  // than a day. Chosen on the tuning, development and development-shapes sets
+  // (benchmarks/sched/results/NOTES.md, "The whole-node reserve held for a week, each job kept
+  // off at most a day").
+  double reserved_nodes_max_wait_s = 86400;
 
   // --- unknown costs: what is assumed when hints do not say.
   double hints_stale_s = 300;         // hints older than this are "unknown"
