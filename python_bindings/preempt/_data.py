@@ -14,6 +14,8 @@ A dataset that draws random numbers inside workers should derive them from the s
 exact across a resume (worker assignment restarts at the resume point).
 """
 
+import weakref
+
 import torch
 import torch.distributed as dist
 
@@ -113,6 +115,7 @@ class ResumableLoader:
                                         rank=rank, drop_last=False)
         self.loader_kwargs = loader_kwargs
         self.batches_seen = 0  # in the current epoch, handed to the trainer
+        self._live = weakref.WeakSet()  # epochs being iterated (their workers run until closed)
 
     @property
     def epoch(self):
@@ -127,6 +130,19 @@ class ResumableLoader:
 
     def __iter__(self):
         """The rest of the current epoch; the epoch advances when it is exhausted."""
+        epoch = self._rest_of_epoch()
+        self._live.add(epoch)
+        return epoch
+
+    def close(self):
+        """Stops the worker processes of every iteration in progress (`Runtime.close()` calls it
+        for a tracked loader). A worker left running when the interpreter exits can hang the exit.
+        The position is kept: iterating again (`forever()` goes on by itself) starts new workers
+        at the next batch not handed out."""
+        for epoch in list(self._live):
+            epoch.close()
+
+    def _rest_of_epoch(self):
         self.sampler.index = min(self.batches_seen * self.batch_size, self.sampler.per_rank)
         remaining = self.batches_per_epoch() - self.batches_seen
         if remaining > 0:
@@ -141,7 +157,10 @@ class ResumableLoader:
                     self.batches_seen += 1
                     yield batch
             finally:
-                del it  # shuts down workers
+                shutdown = getattr(it, "_shutdown_workers", None)  # absent without workers
+                if shutdown is not None:
+                    shutdown()
+                del it
         self.sampler.set_epoch(self.sampler.epoch + 1)
         self.batches_seen = 0
 

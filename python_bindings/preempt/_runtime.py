@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C
+from ._data import ResumableLoader
 from ._hints import HintsPublisher, default_job
 from ._state import TrainingState
 
@@ -427,6 +428,10 @@ class Runtime:
         return 0
 
     def close(self):
+        # Tracked data loaders' workers first: left running, they can hang the interpreter's exit.
+        for t in self.state.tracked:
+            if isinstance(t.obj, ResumableLoader):
+                t.obj.close()
         self.state.fence.remove_all()
         if self.store is not None:
             for h in self.state.handles():
