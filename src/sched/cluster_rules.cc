@@ -148,7 +148,7 @@ bool ClusterRules::reserve_binds(const Job& j) {
     p_.recheck(until);
   }
   if (cfg.reserved_nodes_max_wait_s > 0) {
-    const double until = std::max(j.submit_time, j.last_preempted) + cfg.reserved_nodes_max_wait_s;
+    const double until = j.pending_since() + cfg.reserved_nodes_max_wait_s;
     if (p_.now >= until) return false;  // kept off long enough
     p_.recheck(until);
   }

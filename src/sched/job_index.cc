@@ -15,7 +15,7 @@ void JobIndex::add(const std::vector<Job>& jobs, int i) {
   e.pending = j.phase == JobPhase::kPending;
   e.placed = !e.pending || j.move_to >= 0;
   e.key = PendingKey{j.submit_time, j.id, i};
-  e.since = std::max(j.submit_time, j.last_preempted);
+  e.since = j.pending_since();
   e.preempted = j.preemptions > 0;
   if (e.pending) {
     pending_[e.cls][e.gpus].insert(e.key);

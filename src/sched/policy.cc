@@ -182,7 +182,7 @@ class Placer {
       return false;
     }
     if (p_.hint && j.cls != PriorityClass::kHigh && cfg.nonhigh_preempt_delay_s > 0) {
-      double since = std::max(j.submit_time, j.last_preempted);  // pending since
+      const double since = j.pending_since();
       if (p_.now < since + cfg.nonhigh_preempt_delay_s) {
         p_.recheck(since + cfg.nonhigh_preempt_delay_s);
         return false;

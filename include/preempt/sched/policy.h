@@ -70,6 +70,10 @@ struct Job {
   std::string preemptor;
   int64_t user = -1;               // opaque tag for the caller (the simulator's job index)
 
+  // Pending since: submitted, or requeued by the last preemption (what the cooldown, the
+  // preemption delay and the whole-node reserve's bound on a wait count from).
+  double pending_since() const { return submit_time > last_preempted ? submit_time : last_preempted; }
+
   // Back to the queue after an eviction: unplaced, the preemption counted (cooldown starts now),
   // and what described the finished run (hints, the job it made room for, any move) forgotten.
   void requeue_after_preemption(double now) {
