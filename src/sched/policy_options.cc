@@ -281,6 +281,9 @@ std::vector<Field> MakeFields() {
                     "the tolerable wait applies to high preemptors of at least this many GPUs"));
   f.push_back(Seconds("high_wait_guard_s", "high-wait guard", &O::high_wait_guard_s,
                       "the high-priority first-start wait the guard defends (0 = off)"));
+  f.push_back(Seconds("high_wait_guard_kill_max_lost_s", "high-wait guard", &O::high_wait_guard_kill_max_lost_s,
+                      "while at risk, a too-slow saver with up to this much uncommitted work is killed for a high "
+                      "preemptor (when above tolerable_kill_max_lost_s; 0 = no limit)"));
   f.push_back(Number("high_wait_guard_fraction", "high-wait guard", "fraction", 0, 1, "[0, 1]",
                      &O::high_wait_guard_fraction,
                      "at risk when one more late start would put more than this fraction of recent first starts late"));

@@ -32,6 +32,12 @@ bool SaveInFlight(const Job& v, double now, const PolicyOptions& c) {
          now < v.request_time + c.checkpoint_deadline_s;
 }
 
+double KillMaxLost(const PolicyOptions& c, bool high_wait_at_risk) {
+  const double limit = c.tolerable_kill_max_lost_s;
+  if (!high_wait_at_risk || limit <= 0) return limit;
+  return c.high_wait_guard_kill_max_lost_s <= 0 ? 0 : std::max(limit, c.high_wait_guard_kill_max_lost_s);
+}
+
 double RepeatFactor(const Job& v, const PolicyOptions& c) {
   if (c.kind != PolicyKind::kHintAware) return 1;
   return 1 + c.repeat_victim_weight * (v.preemptions + v.moves);
@@ -67,8 +73,8 @@ VictimCost CostOf(const Job& v, double now, const PolicyOptions& c, bool for_hig
     // Killing a slow saver saves the preemptor the wait; the wait costs the GPUs it holds beyond
     // the victim's own (those are busy with the save, priced as save_lost).
     const int idle_gpus = std::max(0, preemptor_gpus - v.gpus);
-    bool too_slow = for_high && tolerable > 0 && save_wait > tolerable &&
-                    (c.tolerable_kill_max_lost_s <= 0 || lost <= c.tolerable_kill_max_lost_s) &&
+    const double kill_limit = KillMaxLost(c, high_wait_at_risk);
+    bool too_slow = for_high && tolerable > 0 && save_wait > tolerable && (kill_limit <= 0 || lost <= kill_limit) &&
                     (preemptor_gpus <= 0 || high_wait_at_risk ||
                      v.gpus * lost <= v.gpus * save_lost + idle_gpus * save_wait);
     if (too_slow) sig_ok = ckpt_ok = false;

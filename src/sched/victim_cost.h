@@ -42,6 +42,10 @@ double SigtermGrace(const Job& v, double now, const PolicyOptions& config);
 // A running job's last checkpoint request (ahead of need, or a withdrawn eviction's) is not yet
 // acknowledged and was made less than checkpoint_deadline_s ago: its save is in flight.
 bool SaveInFlight(const Job& v, double now, const PolicyOptions& config);
+// The most uncommitted work a too-slow saver may have and still be killed for a high preemptor
+// (0 = no limit): tolerable_kill_max_lost_s, raised to high_wait_guard_kill_max_lost_s while the
+// high-wait guard is at risk (never lowered by it).
+double KillMaxLost(const PolicyOptions& config, bool high_wait_at_risk);
 // Each earlier preemption or move of v makes preempting it again dearer: every one cost it a
 // restore and a wait, and a job the search keeps choosing would keep paying them (the next
 // preemption is the likelier the more it was chosen before). 1 + repeat_victim_weight x count.
@@ -55,7 +59,7 @@ double RepeatFactor(const Job& v, const PolicyOptions& config);
 // already, so only the preemptor's GPUs beyond the victim's count. With ahead checkpoints on, a save
 // in flight (SaveInFlight) answers a checkpoint request: the preemptor waits only for its rest.
 // `high_wait_at_risk` (HighWaitAtRisk, for a high preemptor with preemptor_gpus > 0): the too-slow
-// saver is killed without that comparison.
+// saver is killed without that comparison, and up to KillMaxLost's raised limit.
 VictimCost CostOf(const Job& v, double now, const PolicyOptions& config, bool for_high, int preemptor_gpus = 0,
                   bool high_wait_at_risk = false);
 

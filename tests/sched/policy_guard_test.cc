@@ -126,23 +126,56 @@ TEST(HighWaitGuard, SlowSaverIsKilledOnlyWhileAtRisk) {
   }
 }
 
-// The default limit (450 s; 600 s until 2026-12-06): while the guard is at risk, the slow saver
-// above is killed with up to 450 s uncommitted and saves with more, 500 s included.
-TEST(HighWaitGuard, DefaultKillLimitIs450sOfUncommittedWork) {
+// The default limits: tolerable_kill_max_lost_s 450 s (600 s until 2026-12-06), raised to
+// high_wait_guard_kill_max_lost_s 600 s while the guard is at risk (since 2026-12-07). At risk
+// the slow saver above is killed with up to 600 s uncommitted and saves with more; not at risk it
+// saves whatever it has (killing it is not the cheaper choice; see the first case above).
+TEST(HighWaitGuard, DefaultKillLimitsAre450sAnd600sWhileAtRisk) {
   EXPECT_DOUBLE_EQ(PolicyOptions().tolerable_kill_max_lost_s, 450);
   EXPECT_DOUBLE_EQ(HintAwareNoRulesPolicy().tolerable_kill_max_lost_s, 450);
+  EXPECT_DOUBLE_EQ(PolicyOptions().high_wait_guard_kill_max_lost_s, 600);
   struct Case {
+    int late;
     double lost_s;
     EvictionMode mode;
-  } cases[] = {{400, EvictionMode::kKillSlow}, {450, EvictionMode::kKillSlow}, {500, EvictionMode::kCheckpointFirst}};
+  } cases[] = {{5, 400, EvictionMode::kKillSlow},        {5, 450, EvictionMode::kKillSlow},
+               {5, 500, EvictionMode::kKillSlow},        {5, 600, EvictionMode::kKillSlow},
+               {5, 650, EvictionMode::kCheckpointFirst}, {3, 400, EvictionMode::kCheckpointFirst},
+               {3, 500, EvictionMode::kCheckpointFirst}};
   for (const Case& c : cases) {
-    B b = SlowSaverCluster(5, c.lost_s);
+    B b = SlowSaverCluster(c.late, c.lost_s);
     PolicyOptions p = Guard();
     p.tolerable_wait_min_gpus = 1;
     Decisions d = Decide(b.st, p);
     ASSERT_EQ(d.actions.size(), 1u) << c.lost_s << "\n" << Dump(d);
-    EXPECT_EQ(d.actions[0].mode, c.mode) << c.lost_s << " s uncommitted\n" << Dump(d);
+    EXPECT_EQ(d.actions[0].mode, c.mode) << c.late << " late, " << c.lost_s << " s uncommitted\n" << Dump(d);
   }
+}
+
+// The guard's limit only ever raises the tolerable-wait rule's: a smaller one changes nothing, 0
+// lifts the limit while at risk, and with no limit outside the guard there is none inside it.
+TEST(HighWaitGuard, ItsKillLimitRaisesTheTolerableOne) {
+  PolicyOptions p;
+  p.tolerable_kill_max_lost_s = 450;
+  p.high_wait_guard_kill_max_lost_s = 600;
+  EXPECT_DOUBLE_EQ(KillMaxLost(p, false), 450);
+  EXPECT_DOUBLE_EQ(KillMaxLost(p, true), 600);
+  p.high_wait_guard_kill_max_lost_s = 300;
+  EXPECT_DOUBLE_EQ(KillMaxLost(p, true), 450);
+  p.high_wait_guard_kill_max_lost_s = 0;
+  EXPECT_DOUBLE_EQ(KillMaxLost(p, false), 450);
+  EXPECT_DOUBLE_EQ(KillMaxLost(p, true), 0);
+  p.tolerable_kill_max_lost_s = 0;
+  p.high_wait_guard_kill_max_lost_s = 600;
+  EXPECT_DOUBLE_EQ(KillMaxLost(p, true), 0);
+  // In a decision: 5 late of 100 (at risk), 5000 s uncommitted, no guard limit: killed.
+  B b = SlowSaverCluster(5, 5000);
+  PolicyOptions q = Guard();
+  q.tolerable_wait_min_gpus = 1;
+  q.high_wait_guard_kill_max_lost_s = 0;
+  Decisions d = Decide(b.st, q);
+  ASSERT_EQ(d.actions.size(), 1u) << Dump(d);
+  EXPECT_EQ(d.actions[0].mode, EvictionMode::kKillSlow) << Dump(d);
 }
 
 // ApplyDecision logs the first start of each high job (a restart after a preemption or a move is
@@ -180,9 +213,12 @@ TEST(HighWaitGuard, ItsDefaultsAreOnAndParsed) {
                   .ok());
   EXPECT_DOUBLE_EQ(p.high_wait_guard_s, 20);
   EXPECT_DOUBLE_EQ(p.high_wait_guard_window_s, 3600);
+  ASSERT_TRUE(PolicyFromJson(R"({"high_wait_guard_kill_max_lost_s":0})", &p).ok());
+  EXPECT_DOUBLE_EQ(p.high_wait_guard_kill_max_lost_s, 0);
   for (const char* doc : {R"({"high_wait_guard_s":-1})", R"({"high_wait_guard_fraction":1.5})",
                           R"({"high_wait_guard_hopeless_fraction":-0.1})", R"({"high_wait_guard_window_s":0})",
-                          R"({"high_wait_guard_window_s":700000})", R"({"high_wait_guard_min_jobs":2.5})"}) {
+                          R"({"high_wait_guard_window_s":700000})", R"({"high_wait_guard_min_jobs":2.5})",
+                          R"({"high_wait_guard_kill_max_lost_s":-1})"}) {
     Status s = PolicyFromJson(doc, &p);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << doc;
     EXPECT_NE(s.message().find("high_wait_guard"), std::string::npos) << s.to_string();
