@@ -124,10 +124,7 @@ bool ClusterRules::headroom_kept_free() const {
   const PolicyOptions& cfg = p_.cfg;
   if (!headroom_keep_free_on()) return false;
   if (cfg.headroom_high_window_s <= 0) return true;
-  const double until = last_high_submit() + cfg.headroom_high_window_s;
-  if (p_.now >= until) return false;  // no recent high demand
-  p_.recheck(until);
-  return true;
+  return p_.before(last_high_submit() + cfg.headroom_high_window_s);  // recent high demand
 }
 
 bool ClusterRules::keeps_off_reserved_node(const Job& j, int node) {
@@ -142,16 +139,10 @@ bool ClusterRules::reserve_binds(const Job& j) {
   if (!p_.hint || cfg.reserved_nodes <= 0 || j.cls == PriorityClass::kHigh) return false;
   if (p_.whole_free() > cfg.reserved_nodes) return false;  // more are free than reserved
   if (j.gpus * FullRestoreOf(j, cfg) < cfg.reserved_nodes_min_restore_gpu_s) return false;
-  if (cfg.reserved_nodes_high_window_s > 0) {
-    const double until = last_high_submit() + cfg.reserved_nodes_high_window_s;
-    if (p_.now >= until) return false;  // no recent high demand
-    p_.recheck(until);
-  }
-  if (cfg.reserved_nodes_max_wait_s > 0) {
-    const double until = j.pending_since() + cfg.reserved_nodes_max_wait_s;
-    if (p_.now >= until) return false;  // kept off long enough
-    p_.recheck(until);
-  }
+  if (cfg.reserved_nodes_high_window_s > 0 && !p_.before(last_high_submit() + cfg.reserved_nodes_high_window_s))
+    return false;  // no recent high demand
+  if (cfg.reserved_nodes_max_wait_s > 0 && !p_.before(j.pending_since() + cfg.reserved_nodes_max_wait_s))
+    return false;  // kept off long enough
   return true;
 }
 

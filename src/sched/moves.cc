@@ -204,10 +204,7 @@ bool Mover::try_defrag(int ji) {
   const Job& j = p_.jobs[ji];
   const PolicyOptions& cfg = p_.cfg;
   if (!p_.hint || cfg.defrag_max_moves <= 0 || j.cls != PriorityClass::kHigh || j.gpus < 2) return false;
-  if (p_.now < j.submit_time + cfg.defrag_min_wait_s) {
-    p_.recheck(j.submit_time + cfg.defrag_min_wait_s);
-    return false;
-  }
+  if (p_.before(j.submit_time + cfg.defrag_min_wait_s)) return false;
   if (j.gpus >= fail_gpus_ || tries_ >= kDefragTries) return false;
   ++tries_;
   NodeCache<Cand>& cache = cand_cache_[j.gpus];

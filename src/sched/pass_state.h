@@ -104,6 +104,13 @@ class PassState {
   void set_free(int node, int value);
 
   void recheck(double at) { out.recheck_at = std::min(out.recheck_at, at); }
+  // Is it still before `at`? Then a recheck is asked for at `at`: a rule that holds until then
+  // (a cooldown, a delay, a window, a bound) lapses on its own.
+  bool before(double at) {
+    if (now >= at) return false;
+    recheck(at);
+    return true;
+  }
   void block(int ji, WaitCause why) {
     if (jobs[ji].cls == PriorityClass::kHigh) blocked_high.emplace_back(ji, why);
   }

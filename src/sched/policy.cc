@@ -74,10 +74,7 @@ class Placer {
       p_.block(ji, WaitCause::kOther);
       return true;
     }
-    if (p_.hint && p_.cfg.cooldown_s > 0 && p_.now < j.last_preempted + p_.cfg.cooldown_s) {
-      p_.recheck(j.last_preempted + p_.cfg.cooldown_s);
-      return true;
-    }
+    if (p_.hint && p_.cfg.cooldown_s > 0 && p_.before(j.last_preempted + p_.cfg.cooldown_s)) return true;
     if (j.move_to >= 0 && j.move_to < p_.n_nodes) {
       // Moved off its node for a high job: restart on the node it was moved to, at once (its own
       // hold released first), or wait while GPUs there are on their way out (victims evicted
@@ -181,13 +178,9 @@ class Placer {
       p_.block(ji, WaitCause::kOther);
       return false;
     }
-    if (p_.hint && j.cls != PriorityClass::kHigh && cfg.nonhigh_preempt_delay_s > 0) {
-      const double since = j.pending_since();
-      if (p_.now < since + cfg.nonhigh_preempt_delay_s) {
-        p_.recheck(since + cfg.nonhigh_preempt_delay_s);
-        return false;
-      }
-    }
+    if (p_.hint && j.cls != PriorityClass::kHigh && cfg.nonhigh_preempt_delay_s > 0 &&
+        p_.before(j.pending_since() + cfg.nonhigh_preempt_delay_s))
+      return false;
     // A lower job the reserve binds (PolicyOptions::reserved_nodes) waits: it does not preempt
     // either, since evicting cheap jobs for it would leave the next high arrival a costly victim.
     // (Checked last: a job that may not search anyway is left alone, as the job index's walk
