@@ -403,16 +403,17 @@ const DrawnSet kDrawnSets[] = {
     {"development14", "dev14", {{5000, 5100}, {5100, 5200}, {5200, 5300}}},  // 12th, de40666
     {"development15", "dev15", {{6000, 6100}, {6100, 6200}, {6200, 6300}}},  // 13th, df4e7f0
     {"development16", "dev16", {{7000, 7100}, {7100, 7200}, {7200, 7300}}},  // 14th, 75f0159
-    // The evaluation set, declared after the fourteenth one's run: run once with the defaults
-    // chosen on the tuning set, development sets 1-16 and the shapes development sets. (Alibaba
-    // seeds 8000 and up, synthetic seeds 8201-8410: above every seed the other sets use, below the
-    // eighth shapes set's 8601.)
-    {"evaluation", "eval", {{8000, 8100}, {8100, 8200}, {8200, 8300}}},
+    {"development17", "dev17", {{8000, 8100}, {8100, 8200}, {8200, 8300}}},  // 15th, 0745a0f
+    // The evaluation set, declared after the fifteenth one's run: run once with the defaults
+    // chosen on the tuning set, development sets 1-17 and the shapes development sets. (Alibaba
+    // seeds 9000 and up, synthetic seeds 9201-9410: above every seed the other sets use, below the
+    // ninth shapes set's 9601.)
+    {"evaluation", "eval", {{9000, 9100}, {9100, 9200}, {9200, 9300}}},
 };
 
-// The sets drawn from the shape recipes (AddShapes). The first seven were each declared (commit
+// The sets drawn from the shape recipes (AddShapes). The first eight were each declared (commit
 // named) before any policy ran on them, run once and spent: development sets now. The shapes set
-// was declared after the seventh one's run. Never a choosing set.
+// was declared after the eighth one's run. Never a choosing set.
 struct ShapeSet {
   const char* name;
   const char* prefix;
@@ -426,7 +427,8 @@ const ShapeSet kShapeSets[] = {
     {"development-shapes5", "devshape5", 5601},  // de40666
     {"development-shapes6", "devshape6", 6601},  // df4e7f0
     {"development-shapes7", "devshape7", 7601},  // 75f0159
-    {"shapes", "shape", 8601},
+    {"development-shapes8", "devshape8", 8601},  // 0745a0f
+    {"shapes", "shape", 9601},
 };
 
 }  // namespace
