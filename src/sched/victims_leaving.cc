@@ -73,10 +73,7 @@ Awaiting EvictCheckpointedVictims(PassState* pass) {
     }
     const bool acked = v.hints && v.hints->request_ack >= v.request_id;
     const double deadline = v.request_time + p.cfg.checkpoint_deadline_s;
-    if (!acked && p.now < deadline) {
-      p.recheck(deadline);
-      continue;
-    }
+    if (!acked && p.before(deadline)) continue;
     VictimCost vc;
     vc.mode = acked ? EvictionMode::kAfterCommit : EvictionMode::kAfterDeadline;
     vc.lost_gpu_s = v.gpus * (EstimatedLostWork(v, p.now, p.cfg) + RestoreOf(v, p.cfg));

@@ -138,8 +138,8 @@ struct PolicyOptions {
   // the last high_wait_guard_window_s, with the pending high jobs that never started) are at risk
   // of missing the wait target, a too-slow saver for a high preemptor is killed whenever the
   // tolerable-wait rule allows it (uncommitted work <= tolerable_kill_max_lost_s, or the larger
-  // high_wait_guard_kill_max_lost_s below), without the
-  // comparison against the save's own loss and the preemptor's idle GPUs. At risk: at least
+  // high_wait_guard_kill_max_lost_s below), without the comparison against the save's own loss
+  // and the preemptor's idle GPUs. At risk: at least
   // high_wait_guard_min_jobs counted, and one more late start (waited more than high_wait_guard_s)
   // would put more than high_wait_guard_fraction of them late, while no more than
   // high_wait_guard_hopeless_fraction are late already (past that the target is lost for this
