@@ -141,8 +141,10 @@ bool ClusterRules::reserve_binds(const Job& j) {
   if (j.gpus * FullRestoreOf(j, cfg) < cfg.reserved_nodes_min_restore_gpu_s) return false;
   if (cfg.reserved_nodes_high_window_s > 0 && !p_.before(last_high_submit() + cfg.reserved_nodes_high_window_s))
     return false;  // no recent high demand
-  if (cfg.reserved_nodes_max_wait_s > 0 && !p_.before(j.pending_since() + cfg.reserved_nodes_max_wait_s))
-    return false;  // kept off long enough
+  // Without medium work, the jobs kept off are low jobs: a shorter bound on the wait for a first start.
+  const double max_wait = p_.no_medium && j.preemptions == 0 ? cfg.reserved_nodes_max_first_wait_without_medium_s
+                                                             : cfg.reserved_nodes_max_wait_s;
+  if (max_wait > 0 && !p_.before(j.pending_since() + max_wait)) return false;  // kept off long enough
   return true;
 }
 

@@ -343,6 +343,10 @@ std::vector<Field> MakeFields() {
   f.push_back(Seconds("reserved_nodes_max_wait_s", "capacity", &O::reserved_nodes_max_wait_s,
                       "a lower job kept off the reserved nodes for this long (since submitted or requeued) no "
                       "longer is (0 = never)"));
+  f.push_back(Seconds("reserved_nodes_max_first_wait_without_medium_s", "capacity",
+                      &O::reserved_nodes_max_first_wait_without_medium_s,
+                      "in place of reserved_nodes_max_wait_s for a job never preempted while no medium job holds or "
+                      "waits for GPUs (0 = never)"));
   f.push_back(Seconds("hints_stale_s", "unknown costs", &O::hints_stale_s, "hints older than this are unknown"));
   f.push_back(Seconds("unknown_lost_work_s", "unknown costs", &O::unknown_lost_work_s,
                       "lost work assumed for a job without valid hints (never free)"));

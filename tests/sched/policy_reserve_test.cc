@@ -2,6 +2,8 @@
 // for how long, and that high jobs take them at once.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "policy_test_support.h"
 #include "preempt/sched/executor.h"
 #include "preempt/sched/policy.h"
@@ -21,6 +23,7 @@ PolicyOptions Reserve() {
   p.reserved_nodes_min_restore_gpu_s = 720;
   p.reserved_nodes_high_window_s = 3600;
   p.reserved_nodes_max_wait_s = 0;
+  p.reserved_nodes_max_first_wait_without_medium_s = 0;
   return p;
 }
 
@@ -99,6 +102,61 @@ TEST(Reserve, KeepsAJobOffForAtMostTheWaitBound) {
       // Decided again when the bound is reached (or the window lapses, whichever is first).
       const double since = c.preempted_ago >= 0 ? kNow - c.preempted_ago : kNow - c.waited;
       EXPECT_DOUBLE_EQ(d.recheck_at, std::min(since + c.bound, kNow - 600 + 3600)) << c.name;
+    }
+  }
+}
+
+// While no medium job holds or waits for GPUs, the jobs kept off are low jobs, and a job waiting
+// for its first start is kept off at most reserved_nodes_max_first_wait_without_medium_s in place
+// of reserved_nodes_max_wait_s; one preempted before keeps the longer bound. Three 8-GPU nodes: a
+// recent high job on n0, a costly 8-GPU low job on n1; a second one waits for n2, the last whole node.
+TEST(Reserve, WithoutMediumWorkAFirstStartWaitsLess) {
+  struct Case {
+    const char* name;
+    double waited;       // since submitted, or since requeued when preempted before
+    bool preempted;      // preempted before (requeued `waited` s ago)
+    const char* medium;  // "none" | "running" (1 GPU on n0) | "pending" (needs 8)
+    double first_bound;  // reserved_nodes_max_first_wait_without_medium_s
+    bool starts;
+  };
+  const Case cases[] = {
+      {"no medium work, waited less than 4 h: kept off", 3 * 3600.0, false, "none", 14400, false},
+      {"no medium work, waited 4 h: starts on the reserved node", 14400, false, "none", 14400, true},
+      {"preempted before, requeued 4 h ago: the day's bound", 14400, true, "none", 14400, false},
+      {"preempted before, requeued a day ago: starts", 86400, true, "none", 14400, true},
+      {"a medium job running: the day's bound", 14400, false, "running", 14400, false},
+      {"a medium job waiting: the day's bound", 14400, false, "pending", 14400, false},
+      {"no medium work, bound 0: kept off however long it waited", 80000, false, "none", 0, false},
+  };
+  for (const Case& c : cases) {
+    B b({8, 8, 8});
+    b.run("high", H, 1, 0, 100, MakeHints(10)).submit_time = kNow - 600;
+    b.run("low1", L, 8, 1, 100, MakeHints(10)).restore_s = 100;
+    Job& low = b.pend("low2", L, 8, c.preempted ? 2 * 86400.0 : c.waited);
+    low.restore_s = 100;
+    if (c.preempted) {
+      low.last_preempted = kNow - c.waited;
+      low.preemptions = 1;
+    }
+    if (std::string(c.medium) == "running") b.run("med", M, 1, 0, 100, MakeHints(10));
+    if (std::string(c.medium) == "pending") b.pend("med", M, 8, 10).restore_s = 100;
+    PolicyOptions p = Reserve();
+    p.reserved_nodes_high_window_s = 7 * 86400.0;
+    p.reserved_nodes_max_wait_s = 86400;
+    p.reserved_nodes_max_first_wait_without_medium_s = c.first_bound;
+    const Decisions d = Decide(b.st, p);
+    const JobAction* a = find(d, "low2");
+    EXPECT_EQ(a != nullptr, c.starts) << c.name << "\n" << Dump(d);
+    if (a) {
+      EXPECT_EQ(a->kind, ActionKind::kStart) << c.name;
+      EXPECT_EQ(a->node, 2) << c.name;
+    } else {
+      // Decided again when its bound is reached (unbounded: when the week's window lapses).
+      const bool first = std::string(c.medium) == "none" && !c.preempted;
+      const double at = !first ? kNow - c.waited + 86400
+                        : c.first_bound > 0 ? kNow - c.waited + c.first_bound
+                                            : kNow - 600 + 7 * 86400.0;
+      EXPECT_DOUBLE_EQ(d.recheck_at, at) << c.name;
     }
   }
 }
@@ -219,6 +277,7 @@ TEST(Reserve, ItsDefaultsAreOnAndParsed) {
   EXPECT_EQ(d.reserved_nodes, 1);
   EXPECT_EQ(d.reserved_nodes_high_window_s, 7 * 86400.0);
   EXPECT_EQ(d.reserved_nodes_max_wait_s, 86400);
+  EXPECT_EQ(d.reserved_nodes_max_first_wait_without_medium_s, 14400);
   EXPECT_EQ(HintAwareNoRulesPolicy().reserved_nodes, 0);
   PolicyOptions p;
   ASSERT_TRUE(PolicyByName("hint-noreserve", &p));
@@ -230,7 +289,8 @@ TEST(Reserve, ItsDefaultsAreOnAndParsed) {
   EXPECT_EQ(p.reserved_nodes_max_wait_s, 0);
   for (const char* doc : {R"({"reserved_nodes":-1})", R"({"reserved_nodes":1.5})",
                           R"({"reserved_nodes_min_restore_gpu_s":-1})", R"({"reserved_nodes_high_window_s":1e300})",
-                          R"({"reserved_nodes_max_wait_s":-1})"}) {
+                          R"({"reserved_nodes_max_wait_s":-1})", R"({"reserved_nodes_max_first_wait_without_medium_s":-1})",
+                          R"({"reserved_nodes_max_first_wait_without_medium_s":"4h"})"}) {
     Status s = PolicyFromJson(doc, &p);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << doc;
     EXPECT_NE(s.message().find("reserved_nodes"), std::string::npos) << s.to_string();
@@ -271,6 +331,29 @@ TEST(Reserve, SimulatedHighJobStartsWithoutAPreemption) {
     EXPECT_EQ(r_on.metrics.completed, 3);
     EXPECT_GE(r_off.metrics.preemptions, 1) << indexed;      // without it, h2 preempts m1
     EXPECT_DOUBLE_EQ(r_off.first_start[1], 10) << indexed;
+  }
+}
+
+// In the simulator, with the defaults: an 8-GPU low job, costly to restore, kept off the last
+// whole node by a running high job starts there after 4 h on a cluster without medium work, and
+// after a day beside a running medium job.
+TEST(Reserve, SimulatedLowJobWaitsFourHoursWithoutMediumWork) {
+  for (bool with_medium : {false, true}) {
+    for (bool indexed : {true, false}) {
+      Trace t;
+      t.name = "reserve-low";
+      t.nodes = {{"n0", 8}, {"n1", 8}};
+      t.jobs = {SimJobSpec("h0", H, 1, 0, 200000, 0.5, 5, 100), SimJobSpec("l1", L, 8, 10, 1000, 0.5, 5, 100)};
+      if (with_medium) t.jobs.push_back(SimJobSpec("m2", M, 1, 5, 200000, 0.5, 5, 100));
+      SimOptions so;
+      so.indexed = indexed;
+      PolicyOptions p;
+      ASSERT_TRUE(PolicyByName("hint", &p));
+      SimResult r;
+      ASSERT_TRUE(Simulate(t, p, so, &r).ok());
+      EXPECT_NEAR(r.first_start[1], 10 + (with_medium ? 86400 : 14400), 1) << with_medium << indexed;
+      EXPECT_EQ(r.metrics.preemptions, 0) << with_medium << indexed;
+    }
   }
 }
 
