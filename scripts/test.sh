@@ -29,8 +29,8 @@ stage "Python package (scripts/install-python.sh: import preempt for /usr/bin/py
 stage "release tests (the SLURM tests start and stop their own cluster)"
 ctest --test-dir build --output-on-failure -j"$JOBS" --timeout 600
 
-# The ASan+UBSan tree is clang's, so that the libFuzzer targets of step 4 are built in it too.
-# Debug keeps assertions; -O1 keeps the sanitized tests and the fuzzers fast.
+# A sanitizer build of the torch-free parts: Debug keeps assertions; -O1 keeps the sanitized tests
+# and the fuzzers fast.
 sanitizer_tree() {  # <dir> <sanitizers> <extra cmake arguments...>
   local dir=$1 sanitize=$2; shift 2
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-O1 -g1" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
@@ -38,6 +38,7 @@ sanitizer_tree() {  # <dir> <sanitizers> <extra cmake arguments...>
         -DPREEMPT_BUILD_BENCHMARKS=OFF -DPREEMPT_BUILD_EXAMPLES=OFF "$@" >/dev/null
 }
 
+# The ASan+UBSan tree is clang's, so that the libFuzzer targets of the last step are built in it too.
 if [ -z "${SKIP_SANITIZERS:-}" ] || [ -z "${SKIP_FUZZ:-}" ]; then
   stage "ASan+UBSan build (torch-free parts, clang)"
   sanitizer_tree build-asan address,undefined -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DPREEMPT_FUZZ=ON

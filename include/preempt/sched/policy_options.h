@@ -241,10 +241,11 @@ struct PolicyOptions {
   // ... in its place for a job never preempted (waiting for its first start) while no medium job
   // holds or waits for GPUs (two priority classes, or a lull in medium work; 0 = no bound): the
   // jobs kept off are then low jobs, which the Kubernetes order starts on a free whole node at
-  // once, and a day's wait starved most 8-GPU low jobs there (short ones too). A job preempted
-  // before keeps the day's bound: let in again sooner, it was evicted again for the next high
-  // arrival. 4 h, the headroom's bound for low jobs (headroom_low_wait_s), was chosen on the 1,372
-  // choosing traces (benchmarks/sched/results/NOTES.md, "The reserve's bound without medium work").
+  // once; on the Alibaba two-class draws a day's wait starved most 8-GPU low jobs, short ones
+  // too. A job preempted before keeps the day's bound: let in again sooner, it was evicted again
+  // for the next high arrival. 4 h, the headroom's bound for low jobs (headroom_low_wait_s), was
+  // chosen on the 1,372 choosing traces (benchmarks/sched/results/NOTES.md, "The reserve's bound
+  // without medium work").
   double reserved_nodes_max_first_wait_without_medium_s = 14400;
 
   // --- unknown costs: what is assumed when hints do not say.
