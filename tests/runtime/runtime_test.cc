@@ -286,7 +286,10 @@ TEST(Runtime, GraceTooShortKeepsThePreviousCheckpoint) {
     EXPECT_EQ(codes[r], 75) << ReadFileOrDie(job.logs[r]);
     EXPECT_LT(waited[r], 5);
   }
-  EXPECT_TRUE(LogHas(job.logs[0], "NOT committed")) << ReadFileOrDie(job.logs[0]);
+  // Either the stop checkpoint is begun and misses the deadline ("stop checkpoint step N NOT
+  // committed: ..."), or, on a loaded machine, the ranks' stop agreement already takes the 0.15 s
+  // ("stopping without a new checkpoint"); both logs name the checkpoint that stays.
+  EXPECT_TRUE(LogHas(job.logs[0], "stays the one restored")) << ReadFileOrDie(job.logs[0]);
   // Said ahead of time too: once the first periodic checkpoint measured the cost.
   EXPECT_TRUE(LogHas(job.logs[0], "is shorter than the")) << ReadFileOrDie(job.logs[0]);
   int committed = 1;
