@@ -304,6 +304,7 @@ int main(int argc, char** argv) {
   // The evaluation protocol (eval_protocol.h): which sets, the policy under test, overrides.
   std::string protocol = "both", protocol_policy = "hint", policy_json;
   bool protocol_only = false, capacity = true;
+  bool protocol_repeats = false;  // --protocol-repeats: only check that no trace is in two sets
   std::vector<double> protocol_jitters = {0};  // --protocol-jitter S[,S...]: the noise check (eval_protocol.h)
   // Alibaba cluster sizes: 1.3 -> 7 nodes, 1.5 -> 6, 2.0 -> 5, 2.2 -> 4 (peak demand 70 GPUs).
   std::vector<double> overloads = {1.3, 1.5, 2.0, 2.2};
@@ -367,6 +368,7 @@ int main(int argc, char** argv) {
       }
     }
     else if (a == "--protocol-only") protocol_only = true;
+    else if (a == "--protocol-repeats") protocol_repeats = true;
     else if (a == "--no-capacity") capacity = false;
     else if (a == "--protocol-policy") protocol_policy = next();
     else if (a == "--protocol-jitter") protocol_jitters = SecondsListFlag(a, next(), 0, 3600);
@@ -389,7 +391,7 @@ int main(int argc, char** argv) {
       fprintf(stderr, "usage: bench_sched [--alibaba DIR] [--alibaba-overloads X,Y] [--jobs N] [--seeds N] [--sweep-seeds N] [--reps N] [--quick] [--csv F] [--json F] "
                       "[--png F] [--grace S] [--naive] [--policies a,b] [--scale-jobs N (0 = off)]\n"
                       "                   [--protocol SET|both|choice|off] [--protocol-only] [--protocol-policy NAME] "
-                      "[--policy-json JSON] [--no-capacity] [--protocol-jitter S[,S...]]\n"
+                      "[--policy-json JSON] [--no-capacity] [--protocol-jitter S[,S...]] [--protocol-repeats]\n"
                       "                   SET: %s\n",
               bench::ProtocolSetNames().c_str());
       return 2;
@@ -407,6 +409,23 @@ int main(int argc, char** argv) {
   }
   struct stat sb;
   bool have_alibaba = stat((alibaba + "/pods.csv").c_str(), &sb) == 0;
+  if (protocol_repeats) {
+    // Every declared set, built and compared trace by trace: exit 1 when one trace is in two sets.
+    if (!have_alibaba) {
+      fprintf(stderr, "bench_sched: --protocol-repeats needs the Alibaba trace (%s/pods.csv)\n", alibaba.c_str());
+      return 1;
+    }
+    std::vector<std::string> repeats;
+    int traces = 0;
+    Status st = bench::FindRepeatedTraces(alibaba, &repeats, &traces);
+    if (!st.ok()) {
+      fprintf(stderr, "bench_sched: %s\n", st.to_string().c_str());
+      return 1;
+    }
+    for (const std::string& r : repeats) printf("the same trace in two sets: %s\n", r.c_str());
+    printf("protocol sets: %d traces, %zu repeated\n", traces, repeats.size());
+    return repeats.empty() ? 0 : 1;
+  }
   std::string protocol_json = ",\"protocol\":[],\"capacity\":null";
   std::vector<std::string> protocol_targets;
   if (protocol != "off") {

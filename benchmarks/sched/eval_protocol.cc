@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <unordered_map>
 
 namespace preempt::sched::bench {
 namespace {
@@ -671,6 +672,41 @@ bool IsProtocolSelection(const std::string& which) {
   for (const ProtocolSet& s : ProtocolSets())
     if (Selects(which, s.name)) return true;
   return false;
+}
+
+namespace {
+// FNV-1a over a trace's nodes and jobs (what the simulation reads; not its name).
+uint64_t TraceFingerprint(const Trace& t) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
+  };
+  for (const Node& n : t.nodes) mix(&n.gpus, sizeof n.gpus);
+  for (const TraceJob& j : t.jobs) {
+    const int cls = static_cast<int>(j.cls);
+    const double v[] = {j.submit, j.duration_s, j.ckpt_interval_s, j.ckpt_persist_s, j.restore_s};
+    mix(&cls, sizeof cls);
+    mix(&j.gpus, sizeof j.gpus);
+    mix(v, sizeof v);
+  }
+  return h;
+}
+}  // namespace
+
+Status FindRepeatedTraces(const std::string& alibaba_dir, std::vector<std::string>* repeats, int* traces) {
+  std::unordered_map<uint64_t, std::string> seen;  // fingerprint -> "SET LABEL"
+  *traces = 0;
+  for (const ProtocolSet& s : ProtocolSets()) {
+    std::vector<ProtocolTrace> set;
+    PREEMPT_RETURN_IF_ERROR(s.build ? s.build(alibaba_dir, &set) : DrawnProtocolSet(s.name, alibaba_dir, &set));
+    for (const ProtocolTrace& t : set) {
+      ++*traces;
+      const std::string where = s.name + " " + t.trace.name;
+      auto [it, fresh] = seen.emplace(TraceFingerprint(t.trace), where);
+      if (!fresh) repeats->push_back(it->second + " = " + where);
+    }
+  }
+  return Status::OK();
 }
 
 Status RunSets(const std::string& which, const std::string& alibaba_dir, const std::string& name,

@@ -96,6 +96,12 @@ Status RunCapacity(const std::vector<ProtocolTrace>& traces, const std::string& 
 std::string ProtocolSetNames();
 bool IsProtocolSelection(const std::string& which);
 
+// Traces that more than one declared set holds (the same nodes and jobs under two labels): a trace
+// settings were chosen on would then also count on a set that reports targets. Builds every set
+// RunSets can run, appends "SET LABEL = SET LABEL" per trace met before to *repeats and sets
+// *traces to how many it compared.
+Status FindRepeatedTraces(const std::string& alibaba_dir, std::vector<std::string>* repeats, int* traces);
+
 // Runs the sets named by `which` (a name ProtocolSetNames() lists, "both": tuning and evaluation,
 // or "choice": the tuning set and every development set, the sets defaults are chosen on) with
 // the policy under test and SimOptions' defaults (30 s grace, victims run the preempt runtime):
