@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <unordered_map>
 
+#include "format/format.h"
+
 namespace preempt::sched::bench {
 namespace {
 
@@ -675,21 +677,18 @@ bool IsProtocolSelection(const std::string& which) {
 }
 
 namespace {
-// FNV-1a over a trace's nodes and jobs (what the simulation reads; not its name).
+// A hash of a trace's nodes and jobs (what the simulation reads; not its name), with the store's
+// Hash64 (xxh3).
 uint64_t TraceFingerprint(const Trace& t) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](const void* p, size_t n) {
-    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
-  };
-  for (const Node& n : t.nodes) mix(&n.gpus, sizeof n.gpus);
+  std::string bytes;
+  auto add = [&bytes](const auto& v) { bytes.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  for (const Node& n : t.nodes) add(n.gpus);
   for (const TraceJob& j : t.jobs) {
-    const int cls = static_cast<int>(j.cls);
-    const double v[] = {j.submit, j.duration_s, j.ckpt_interval_s, j.ckpt_persist_s, j.restore_s};
-    mix(&cls, sizeof cls);
-    mix(&j.gpus, sizeof j.gpus);
-    mix(v, sizeof v);
+    add(static_cast<int>(j.cls));
+    add(j.gpus);
+    for (double v : {j.submit, j.duration_s, j.ckpt_interval_s, j.ckpt_persist_s, j.restore_s}) add(v);
   }
-  return h;
+  return format::Hash64(bytes.data(), bytes.size());
 }
 }  // namespace
 
