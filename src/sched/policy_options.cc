@@ -271,6 +271,9 @@ std::vector<Field> MakeFields() {
   f.push_back(Flag("fewest_victims_without_medium", "victim cost", &O::fewest_victims_without_medium,
                    "while no medium job holds or waits for GPUs, the victim search ranks nodes by number of "
                    "victims, then GPUs freed beyond need (in place of few_victims_first; before lost work)"));
+  f.push_back(Flag("pack_high_jobs", "victim cost", &O::pack_high_jobs,
+                   "while a medium job holds or waits for GPUs, a high preemptor smaller than a node ranks nodes "
+                   "running a high job first (after the number of victims, before lost work)"));
   f.push_back(HighTolerableWaitField());
   f.push_back(Seconds("tolerable_kill_max_lost_s", "tolerable wait", &O::tolerable_kill_max_lost_s,
                       "a too-slow saver with more uncommitted work than this saves anyway (0 = no limit)"));
@@ -483,6 +486,7 @@ PolicyOptions HintAwareNoRulesPolicy() {
   c.high_in_time_first = false;
   c.few_victims_first = 0;
   c.fewest_victims_without_medium = false;
+  c.pack_high_jobs = false;
   return c;
 }
 

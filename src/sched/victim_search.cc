@@ -17,6 +17,7 @@ bool BetterChoice(const Choice& a, const Choice& b, PolicyKind kind) {
   if (a.late != b.late) return !a.late;
   if (a.victims_key != b.victims_key) return a.victims_key < b.victims_key;
   if (a.excess_key != b.excess_key) return a.excess_key < b.excess_key;
+  if (a.spreads_high != b.spreads_high) return !a.spreads_high;
   if (std::fabs(a.cost - b.cost) > 1e-9) return a.cost < b.cost;
   if (std::fabs(a.lost_work_gpu_s - b.lost_work_gpu_s) > 1e-9) return a.lost_work_gpu_s < b.lost_work_gpu_s;
   if (a.count != b.count) return a.count < b.count;
@@ -43,6 +44,7 @@ VictimSearch::VictimSearch(PassState* pass, ClusterRules* rules, const VictimCos
     : p_(*pass), rules_(*rules), costs_(*costs), heaps_(2 * static_cast<size_t>(kNumClasses) * (p_.max_node + 1)) {
   // Decided once per pass from the state it started with, so every node's choice is ranked alike.
   by_count_ = p_.cfg.fewest_victims_without_medium && p_.no_medium;
+  pack_high_ = p_.cfg.pack_high_jobs && !p_.no_medium;
 }
 
 // std heaps put the largest first: "less" = worse choice.
@@ -125,8 +127,10 @@ Choice VictimSearch::evaluate(int node, const Job& j) {
   std::vector<char> prot;  // by candidate: inside its minimum run time, which the override lifts
   int cand_gpus = 0;
   const bool ovr = rules_.overrides_min_runtime(j);
+  bool runs_high = false;
   for (int vi : p_.running_on[node]) {
     const Job& v = jobs[vi];
+    runs_high = runs_high || v.cls == PriorityClass::kHigh;
     if (p_.chosen[vi] || static_cast<int>(v.cls) >= cls) continue;
     // Protected: a candidate only past the override (its release then matters to nobody).
     const bool in_min_runtime =
@@ -146,6 +150,7 @@ Choice VictimSearch::evaluate(int node, const Job& j) {
   for (int vi : c.victims)
     if (static_cast<int>(jobs[vi].cls) == c.max_class) c.latest_start = std::max(c.latest_start, jobs[vi].start_time);
   if (c.victims.empty()) return Choice{};
+  c.spreads_high = pack_high_ && j.cls == PriorityClass::kHigh && j.gpus < p_.st.nodes[node].gpus && !runs_high;
   return c;
 }
 

@@ -39,6 +39,9 @@ struct Choice {
   // preemptor's need. (The excess can shrink when the node fills up during the pass; the lazy
   // heap then re-ranks that node only when its stale entry reaches the top.)
   int victims_key = 0, excess_key = 0;
+  // PolicyOptions::pack_high_jobs: a high preemptor smaller than the node would take victims on a
+  // node that runs no high job (ranked after the nodes that run one, before cost).
+  bool spreads_high = false;
 };
 bool BetterChoice(const Choice& a, const Choice& b, PolicyKind kind);
 
@@ -75,6 +78,7 @@ class VictimSearch {
   const VictimCosts& costs_;
   std::vector<Heap> heaps_;
   bool by_count_ = false;  // fewest_victims_without_medium applies in this pass
+  bool pack_high_ = false;  // pack_high_jobs applies in this pass
   int fail_gpus_[2][kNumClasses] = {{1 << 30, 1 << 30, 1 << 30}, {1 << 30, 1 << 30, 1 << 30}};
   WaitCause fail_cause_[2][kNumClasses] = {};
 };

@@ -843,6 +843,50 @@ TEST(Policy, FewestVictimsWithoutMedium) {
   EXPECT_FALSE(PolicyFromJson(R"({"fewest_victims_without_medium":1})", &p).ok());
 }
 
+// pack_high_jobs: a 2-GPU high preemptor can take one cheap low job on node 0, which runs no high
+// job, or one dearer low job on node 1, which runs a 2-GPU high job. While a medium job runs (on a
+// 1-GPU node the preemptor does not fit) it takes the dearer one and leaves node 0 free of high work
+// for a whole-node high job; with the rule off, without a medium job or for a medium preemptor, the
+// cheaper one.
+TEST(Policy, PackHighJobs) {
+  const struct {
+    const char* name;
+    PriorityClass cls;
+    int gpus;
+    bool medium_running;
+    bool rule;
+    std::vector<std::string> victims;
+  } cases[] = {{"high, a medium job running: next to the high job", H, 2, true, true, {"dear"}},
+               {"high, rule off: the cheaper victim", H, 2, true, false, {"cheap"}},
+               {"high, no medium job: the cheaper victim", H, 2, false, true, {"cheap"}},
+               {"medium preemptor: the cheaper victim", M, 2, true, true, {"cheap"}}};
+  for (const auto& c : cases) {
+    B b({4, 4, 1});
+    b.run("cheap", L, 2, 0, 3600, MakeHints(100));
+    b.run("cheap2", L, 2, 0, 3600, MakeHints(100));
+    b.run("high", H, 2, 1, 3600, MakeHints(100));
+    b.run("dear", L, 2, 1, 3600, MakeHints(100)).restore_s = 200;  // 2 x 140 s more to restore
+    if (c.medium_running) b.run("med", M, 1, 2, 3600, MakeHints(100));
+    b.pend("new", c.cls, c.gpus, 7200);
+    PolicyOptions p;
+    p.pack_high_jobs = c.rule;
+    const Decisions d = Decide(b.st, p);
+    std::vector<std::string> got;
+    for (const JobAction& a : d.actions) {
+      EXPECT_EQ(a.for_job, "new") << c.name;
+      got.push_back(a.job);
+    }
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got, c.victims) << c.name << "\n" << Dump(d);
+  }
+  PolicyOptions p;
+  EXPECT_TRUE(p.pack_high_jobs);
+  EXPECT_FALSE(HintAwareNoRulesPolicy().pack_high_jobs);
+  ASSERT_TRUE(PolicyFromJson(R"({"pack_high_jobs":false})", &p).ok());
+  EXPECT_FALSE(p.pack_high_jobs);
+  EXPECT_FALSE(PolicyFromJson(R"({"pack_high_jobs":1})", &p).ok());
+}
+
 }  // namespace
 
 }  // namespace preempt::sched

@@ -133,6 +133,16 @@ struct PolicyOptions {
   // and development-shapes sets (benchmarks/sched/results/NOTES.md, "Fewest victims while no
   // medium job runs").
   bool fewest_victims_without_medium = true;
+  // While a medium-class job holds or waits for GPUs, a high preemptor smaller than a node ranks
+  // nodes that already run a high job before nodes that run none (after protected GPUs, in time and
+  // the number of victims, before lost work). High does not preempt high: a node without high work
+  // is the only place a whole-node high job can take victims, and small high jobs that took the
+  // cheapest victims wherever they were had spread over every node, so that the whole-node ones
+  // waited for high work to finish (the high p95 on the 8-node 35 %-high synthetic clusters).
+  // Without a medium class it stays off: there the packed nodes' low jobs became the most-preempted
+  // jobs. Chosen on the tuning, development and development-shapes sets
+  // (benchmarks/sched/results/NOTES.md, "High jobs pack onto nodes that run high work").
+  bool pack_high_jobs = true;
 
   // --- high-wait guard: while the high-priority jobs' first starts (ClusterState::high_starts, of
   // the last high_wait_guard_window_s, with the pending high jobs that never started) are at risk
