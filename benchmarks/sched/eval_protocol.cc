@@ -409,16 +409,17 @@ const DrawnSet kDrawnSets[] = {
     {"development17", "dev17", {{8000, 8100}, {8100, 8200}, {8200, 8300}}},  // 15th, 0745a0f
     {"development18", "dev18", {{9000, 9100}, {9100, 9200}, {9200, 9300}}},  // 16th, 222dbc9
     {"development19", "dev19", {{10000, 10100}, {10100, 10200}, {10200, 10300}}},  // 17th, df26e2a
-    // The evaluation set, declared after the seventeenth one's run: run once with the defaults
-    // chosen on the tuning set, development sets 1-19 and the shapes development sets. (Alibaba
-    // seeds 11000 and up, synthetic seeds 11201-11410: above every seed the other sets use, below
-    // the eleventh shapes set's 11601.)
-    {"evaluation", "eval", {{11000, 11100}, {11100, 11200}, {11200, 11300}}},
+    {"development20", "dev20", {{11000, 11100}, {11100, 11200}, {11200, 11300}}},  // 18th, 8f97c2b
+    // The evaluation set, declared after the eighteenth one's run: run once with the defaults
+    // chosen on the tuning set, development sets 1-20 and the shapes development sets. (Alibaba
+    // seeds 12000 and up, synthetic seeds 12201-12410: above every seed the other sets use, below
+    // the twelfth shapes set's 12601.)
+    {"evaluation", "eval", {{12000, 12100}, {12100, 12200}, {12200, 12300}}},
 };
 
-// The sets drawn from the shape recipes (AddShapes). The first ten were each declared (commit
+// The sets drawn from the shape recipes (AddShapes). The first eleven were each declared (commit
 // named) before any policy ran on them, run once and spent: development sets now. The shapes set
-// was declared after the tenth one's run. Never a choosing set.
+// was declared after the eleventh one's run. Never a choosing set.
 struct ShapeSet {
   const char* name;
   const char* prefix;
@@ -435,7 +436,8 @@ const ShapeSet kShapeSets[] = {
     {"development-shapes8", "devshape8", 8601},  // 0745a0f
     {"development-shapes9", "devshape9", 9601},  // 222dbc9
     {"development-shapes10", "devshape10", 10601},  // df26e2a
-    {"shapes", "shape", 11601},
+    {"development-shapes11", "devshape11", 11601},  // 8f97c2b
+    {"shapes", "shape", 12601},
 };
 
 }  // namespace
