@@ -787,6 +787,17 @@ TEST(Policy, FewVictimsFirst) {
   EXPECT_FALSE(PolicyFromJson(R"({"few_victims_first":2.5})", &p).ok());
 }
 
+// The jobs d takes as victims, sorted; each must be taken for `preemptor`.
+std::vector<std::string> SortedVictimsOf(const Decisions& d, const std::string& preemptor, const char* name) {
+  std::vector<std::string> got;
+  for (const JobAction& a : d.actions) {
+    EXPECT_EQ(a.for_job, preemptor) << name;
+    got.push_back(a.job);
+  }
+  std::sort(got.begin(), got.end());
+  return got;
+}
+
 // fewest_victims_without_medium: a 4-GPU preemptor can be made room for by four cheap 1-GPU jobs
 // (node 0), two cheap 2-GPU jobs (node 1) or one dearer 4-GPU job (node 2). While no medium job
 // holds or waits for GPUs the one job is taken; with a medium job running (on a 1-GPU node the
@@ -813,13 +824,7 @@ TEST(Policy, FewestVictimsWithoutMedium) {
     PolicyOptions p;
     p.fewest_victims_without_medium = c.rule;
     const Decisions d = Decide(b.st, p);
-    std::vector<std::string> got;
-    for (const JobAction& a : d.actions) {
-      EXPECT_EQ(a.for_job, "new") << c.name;
-      got.push_back(a.job);
-    }
-    std::sort(got.begin(), got.end());
-    EXPECT_EQ(got, c.victims) << c.name << "\n" << Dump(d);
+    EXPECT_EQ(SortedVictimsOf(d, "new", c.name), c.victims) << c.name << "\n" << Dump(d);
   }
   // Among single victims, the one freeing fewest GPUs beyond the need first: a 4-GPU job on a
   // 4-GPU node before a cheaper 8-GPU job on an 8-GPU node (cost picks the 8-GPU job without the
@@ -852,14 +857,13 @@ TEST(Policy, PackHighJobs) {
   const struct {
     const char* name;
     PriorityClass cls;
-    int gpus;
     bool medium_running;
     bool rule;
     std::vector<std::string> victims;
-  } cases[] = {{"high, a medium job running: next to the high job", H, 2, true, true, {"dear"}},
-               {"high, rule off: the cheaper victim", H, 2, true, false, {"cheap"}},
-               {"high, no medium job: the cheaper victim", H, 2, false, true, {"cheap"}},
-               {"medium preemptor: the cheaper victim", M, 2, true, true, {"cheap"}}};
+  } cases[] = {{"high, a medium job running: next to the high job", H, true, true, {"dear"}},
+               {"high, rule off: the cheaper victim", H, true, false, {"cheap"}},
+               {"high, no medium job: the cheaper victim", H, false, true, {"cheap"}},
+               {"medium preemptor: the cheaper victim", M, true, true, {"cheap"}}};
   for (const auto& c : cases) {
     B b({4, 4, 1});
     b.run("cheap", L, 2, 0, 3600, MakeHints(100));
@@ -867,17 +871,11 @@ TEST(Policy, PackHighJobs) {
     b.run("high", H, 2, 1, 3600, MakeHints(100));
     b.run("dear", L, 2, 1, 3600, MakeHints(100)).restore_s = 200;  // 2 x 140 s more to restore
     if (c.medium_running) b.run("med", M, 1, 2, 3600, MakeHints(100));
-    b.pend("new", c.cls, c.gpus, 7200);
+    b.pend("new", c.cls, 2, 7200);
     PolicyOptions p;
     p.pack_high_jobs = c.rule;
     const Decisions d = Decide(b.st, p);
-    std::vector<std::string> got;
-    for (const JobAction& a : d.actions) {
-      EXPECT_EQ(a.for_job, "new") << c.name;
-      got.push_back(a.job);
-    }
-    std::sort(got.begin(), got.end());
-    EXPECT_EQ(got, c.victims) << c.name << "\n" << Dump(d);
+    EXPECT_EQ(SortedVictimsOf(d, "new", c.name), c.victims) << c.name << "\n" << Dump(d);
   }
   PolicyOptions p;
   EXPECT_TRUE(p.pack_high_jobs);
