@@ -787,6 +787,16 @@ TEST(Policy, FewVictimsFirst) {
   EXPECT_FALSE(PolicyFromJson(R"({"few_victims_first":2.5})", &p).ok());
 }
 
+// A case of a victim-search rule that applies only with (or without) a medium job running: the
+// preemptor's class, whether a medium job runs, the rule on or off, and the victims expected.
+struct MediumRuleCase {
+  const char* name;
+  PriorityClass cls;
+  bool medium_running;
+  bool rule;
+  std::vector<std::string> victims;
+};
+
 // The jobs d takes as victims, sorted; each must be taken for `preemptor`.
 std::vector<std::string> SortedVictimsOf(const Decisions& d, const std::string& preemptor, const char* name) {
   std::vector<std::string> got;
@@ -804,16 +814,11 @@ std::vector<std::string> SortedVictimsOf(const Decisions& d, const std::string& 
 // preemptor does not fit), with a medium preemptor, or with the rule off, few_victims_first (3)
 // ranks nodes 1 and 2 alike and cost picks the two 2-GPU jobs.
 TEST(Policy, FewestVictimsWithoutMedium) {
-  const struct {
-    const char* name;
-    PriorityClass cls;
-    bool medium_running;
-    bool rule;
-    std::vector<std::string> victims;
-  } cases[] = {{"high, no medium job: the one 4-GPU job", H, false, true, {"big"}},
-               {"high, a medium job running: the two 2-GPU jobs", H, true, true, {"two0", "two1"}},
-               {"medium preemptor: the two 2-GPU jobs", M, false, true, {"two0", "two1"}},
-               {"high, rule off: the two 2-GPU jobs", H, false, false, {"two0", "two1"}}};
+  const MediumRuleCase cases[] = {
+      {"high, no medium job: the one 4-GPU job", H, false, true, {"big"}},
+      {"high, a medium job running: the two 2-GPU jobs", H, true, true, {"two0", "two1"}},
+      {"medium preemptor: the two 2-GPU jobs", M, false, true, {"two0", "two1"}},
+      {"high, rule off: the two 2-GPU jobs", H, false, false, {"two0", "two1"}}};
   for (const auto& c : cases) {
     B b({4, 4, 4, 1});
     for (int i = 0; i < 4; ++i) b.run("one" + std::to_string(i), L, 1, 0, 3600, MakeHints(100));
@@ -854,16 +859,11 @@ TEST(Policy, FewestVictimsWithoutMedium) {
 // for a whole-node high job; with the rule off, without a medium job or for a medium preemptor, the
 // cheaper one.
 TEST(Policy, PackHighJobs) {
-  const struct {
-    const char* name;
-    PriorityClass cls;
-    bool medium_running;
-    bool rule;
-    std::vector<std::string> victims;
-  } cases[] = {{"high, a medium job running: next to the high job", H, true, true, {"dear"}},
-               {"high, rule off: the cheaper victim", H, true, false, {"cheap"}},
-               {"high, no medium job: the cheaper victim", H, false, true, {"cheap"}},
-               {"medium preemptor: the cheaper victim", M, true, true, {"cheap"}}};
+  const MediumRuleCase cases[] = {
+      {"high, a medium job running: next to the high job", H, true, true, {"dear"}},
+      {"high, rule off: the cheaper victim", H, true, false, {"cheap"}},
+      {"high, no medium job: the cheaper victim", H, false, true, {"cheap"}},
+      {"medium preemptor: the cheaper victim", M, true, true, {"cheap"}}};
   for (const auto& c : cases) {
     B b({4, 4, 1});
     b.run("cheap", L, 2, 0, 3600, MakeHints(100));
