@@ -2,7 +2,7 @@
 # Test: a protocol run over several arrival jitters ends with a summary whose rows are the sums of
 # the per-run target counts, and each run's whole-set line sums (low starved, preemptions + moves)
 # or takes the largest (most-preempted job) of its per-trace columns, in the printed table and in
-# the --json file. Usage: check_summary.sh BENCH_SCHED
+# the --json file, and counts the same whole-node high jobs for every policy. Usage: check_summary.sh BENCH_SCHED
 set -eu
 bench=$1
 json=$(mktemp)
@@ -23,6 +23,10 @@ for run in d["protocol"]:
         for k, v in want.items():
             assert w[k] == v, "jitter %s, %s: whole_set %s = %s, per-trace columns give %s" % (run["jitter_s"], who, k, w[k], v)
         assert abs(w["lost_gpu_hours"] - sum(x["lost_gpu_hours"] for x in m)) < 0.01
+        assert w["whole_node_high_mean_wait_h"] >= 0, "negative whole-node high wait"
+    # The whole-node high jobs are the trace's, the same for every policy (jitter moves arrivals only).
+    counts = {run["whole_set"][who]["whole_node_high_jobs"] for who in ("policy", "k8s", "k8s_runtime")}
+    assert len(counts) == 1 and counts.pop() > 0, "whole-node high job counts differ or are 0: %s" % counts
 assert len(d["targets"]) == 12, "expected 6 targets per run"
 PY
 echo "$out" | awk '
