@@ -433,11 +433,11 @@ const DrawnSet kDrawnSets[] = {
     {"development18", "dev18", {{9000, 9100}, {9100, 9200}, {9200, 9300}}},  // 16th, 222dbc9
     {"development19", "dev19", {{10000, 10100}, {10100, 10200}, {10200, 10300}}},  // 17th, df26e2a
     {"development20", "dev20", {{11000, 11100}, {11100, 11200}, {11200, 11300}}},  // 18th, 8f97c2b
-    // The evaluation set, declared after the eighteenth one's run: run once with the defaults
-    // chosen on the tuning set, development sets 1-20 and the shapes development sets. (Alibaba
-    // seeds 12000 and up, synthetic seeds 12201-12410: above every seed the other sets use, below
-    // the twelfth shapes set's 12601.)
-    {"evaluation", "eval", {{12000, 12100}, {12100, 12200}, {12200, 12300}}},
+    {"development21", "dev21", {{12000, 12100}, {12100, 12200}, {12200, 12300}}},  // 19th, 30d2695
+    // The evaluation set, declared after the nineteenth one's run: run once with the defaults
+    // chosen on the tuning set, development sets 1-21 and the shapes development sets. (Alibaba
+    // seeds 13000 and up, synthetic seeds 13201-13410: above every seed the other sets use.)
+    {"evaluation", "eval", {{13000, 13100}, {13100, 13200}, {13200, 13300}}},
 };
 
 // The sets drawn from the shape recipes (AddShapes). The first eleven were each declared (commit

@@ -41,7 +41,7 @@ Status DevelopmentSet(const std::string& alibaba_dir, std::vector<ProtocolTrace>
 Status DevelopmentSet2(const std::string& alibaba_dir, std::vector<ProtocolTrace>* out);
 // The sets drawn again from the recipes of development set 2 with fresh seeds, by name:
 // "development3" (two draws, 48 traces), "development4" (one draw; the second evaluation set),
-// "development5" ... "development20" (three draws each, 72 traces; the third to the eighteenth
+// "development5" ... "development21" (three draws each, 72 traces; the third to the nineteenth
 // evaluation sets, each spent by its one run) and "evaluation" (EvaluationSet); and from the
 // shape recipes (cluster shapes and workloads the others do not have: 4-GPU nodes, 4- and 8-GPU
 // nodes together, two priority classes, loads, high shares, cluster sizes, job lengths and Alibaba
