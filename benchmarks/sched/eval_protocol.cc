@@ -173,27 +173,16 @@ struct SetTotals {
   double lost_gpu_hours = 0;
   long low_starved = 0, preemptions = 0, repreemptions = 0;
   int most_preempted = 0;
-  long whole_node_high = 0;          // high jobs of at least the largest node's GPUs
-  double whole_node_high_wait_s = 0;  // their first-start waits summed (up to the end if never started)
-  // `t`: the trace as simulated (jittered arrivals included), `r` its result.
-  void add(const Trace& t, const SimResult& r) {
-    const SimMetrics& m = r.metrics;
+  long whole_node_high = 0;           // SimMetrics::high_whole_node_jobs summed
+  double whole_node_high_wait_s = 0;  // their first-start waits summed
+  void add(const SimMetrics& m) {
     lost_gpu_hours += m.lost_gpu_hours;
     low_starved += m.low_starved_delay;
     preemptions += m.preemptions + m.moves;
     repreemptions += m.repreemptions;
     most_preempted = std::max(most_preempted, m.preemptions_per_job_max);
-    int largest = 0;
-    double first_submit = INFINITY;
-    for (const Node& n : t.nodes) largest = std::max(largest, n.gpus);
-    for (const TraceJob& j : t.jobs) first_submit = std::min(first_submit, j.submit);
-    const double end = first_submit + m.makespan_s;
-    for (size_t i = 0; i < t.jobs.size() && i < r.first_start.size(); ++i) {
-      const TraceJob& j = t.jobs[i];
-      if (j.cls != PriorityClass::kHigh || j.gpus < largest || j.submit > end) continue;
-      whole_node_high++;
-      whole_node_high_wait_s += (r.first_start[i] >= 0 ? r.first_start[i] : end) - j.submit;
-    }
+    whole_node_high += m.high_whole_node_jobs;
+    whole_node_high_wait_s += m.high_whole_node_jobs * m.high_whole_node_wait_mean_s;
   }
   double whole_node_high_mean_wait_h() const {
     return whole_node_high ? whole_node_high_wait_s / whole_node_high / 3600 : 0;
@@ -533,9 +522,11 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
   for (size_t i = 0; i < traces.size(); ++i) {
     const Trace& t = traces[i].trace;
     SimResult rh, rk, rr;
-    const Trace jittered = arrival_jitter_s > 0 ? JitterArrivals(t, arrival_jitter_s, 1000 + i) : Trace{};
-    const Trace& th = arrival_jitter_s > 0 ? jittered : t;  // what the policy ran on
-    PREEMPT_RETURN_IF_ERROR(Simulate(th, policy, sim, &rh));
+    if (arrival_jitter_s > 0) {
+      PREEMPT_RETURN_IF_ERROR(Simulate(JitterArrivals(t, arrival_jitter_s, 1000 + i), policy, sim, &rh));
+    } else {
+      PREEMPT_RETURN_IF_ERROR(Simulate(t, policy, sim, &rh));
+    }
     PREEMPT_RETURN_IF_ERROR(Simulate(t, k8s, sim, &rk));
     PREEMPT_RETURN_IF_ERROR(Simulate(t, runtime, sim, &rr));
     for (const SimResult* r : {&rh, &rk, &rr})
@@ -549,9 +540,9 @@ Status RunProtocol(const std::string& set, const std::vector<ProtocolTrace>& tra
       if (!ok[f]) flags[f] = '-';
     }
     medium_ok += h.medium_wait_mean_s <= 1.2 * k.medium_wait_mean_s + 1;
-    total[0].add(th, rh);
-    total[1].add(t, rk);
-    total[2].add(t, rr);
+    total[0].add(h);
+    total[1].add(k);
+    total[2].add(r);
     int gpus = 0;
     for (const Node& n : t.nodes) gpus += n.gpus;
     printf("%-36s %5zu jobs %3d GPUs | %6.1f %6.1f %6.1f (%s %s) | %6.0f %6.0f %6.0f | %4d %4d %4d | %3d %3d %3d | "

@@ -96,10 +96,11 @@ struct Event {
 };
 
 // Fills res->metrics' per-job outcomes, waits and lost-work totals from the jobs' final state at
-// `end`; wait_by: first-start wait per SimMetrics cause slot, per job.
+// `end`; wait_by: first-start wait per SimMetrics cause slot, per job; largest_node_gpus: the
+// size of a whole node for SimMetrics::high_whole_node_jobs.
 void FinishMetrics(const std::vector<SimJob>& jobs, const std::vector<std::array<double, SimMetrics::kCauses>>& wait_by,
-                   double end, double first_submit, int total_gpus, double decide_total_us, const SimOptions& opt,
-                   SimResult* res);
+                   double end, double first_submit, int total_gpus, int largest_node_gpus, double decide_total_us,
+                   const SimOptions& opt, SimResult* res);
 
 // res->metrics.bill from the jobs' GPU time up to `end` (sim_bill.cc).
 void FinishBill(const std::vector<SimJob>& jobs, double end, const PolicyOptions& policy, SimMetrics* m);

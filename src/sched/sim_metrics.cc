@@ -35,11 +35,11 @@ double TotalDelay(const SimJob& s, double end) {
 }  // namespace
 
 void FinishMetrics(const std::vector<SimJob>& jobs, const std::vector<std::array<double, SimMetrics::kCauses>>& wait_by,
-                   double end, double first_submit, int total_gpus, double decide_total_us, const SimOptions& opt,
-                   SimResult* res) {
+                   double end, double first_submit, int total_gpus, int largest_node_gpus, double decide_total_us,
+                   const SimOptions& opt, SimResult* res) {
   SimMetrics& m = res->metrics;
   constexpr int kCauses = SimMetrics::kCauses;
-  std::vector<double> hw, mw, lw, per_job;
+  std::vector<double> hw, hw_whole, mw, lw, per_job;
   double alloc = 0, lost = 0;
   res->first_start.resize(jobs.size());
   res->finish.resize(jobs.size());
@@ -61,7 +61,10 @@ void FinishMetrics(const std::vector<SimJob>& jobs, const std::vector<std::array
     per_job.push_back(s.preemptions + s.moves);
     m.preemptions_per_job_max = std::max(m.preemptions_per_job_max, s.preemptions + s.moves);
     switch (s.t->cls) {
-      case PriorityClass::kHigh: hw.push_back(wait); break;
+      case PriorityClass::kHigh:
+        hw.push_back(wait);
+        if (s.t->gpus >= largest_node_gpus) hw_whole.push_back(wait);
+        break;
       case PriorityClass::kMedium: mw.push_back(wait); break;
       case PriorityClass::kLow:
         lw.push_back(wait);
@@ -78,6 +81,8 @@ void FinishMetrics(const std::vector<SimJob>& jobs, const std::vector<std::array
   }
   m.high_wait_mean_s = Mean(hw);
   m.high_wait_p95_s = Percentile(hw, 0.95);
+  m.high_whole_node_jobs = static_cast<int>(hw_whole.size());
+  m.high_whole_node_wait_mean_s = Mean(hw_whole);
   for (size_t i = 0; i < jobs.size(); ++i) {
     const SimJob& s = jobs[i];
     if (s.t->cls != PriorityClass::kHigh || s.t->submit > end) continue;

@@ -441,7 +441,9 @@ void Simulation::run() {
     if (other_from_[i] >= 0) wait_by_[i][static_cast<int>(WaitCause::kOther)] += waited_clock_ - other_from_[i];
   if (opt_.progress) progress(true);
   double end = opt_.horizon_s > 0 ? std::min(opt_.horizon_s, last_event_) : last_event_;
-  FinishMetrics(sj_, wait_by_, end, first_submit_, total_gpus_, decide_total_us_, opt_, &res_);
+  int largest_node = 0;
+  for (const Node& n : cs_.nodes) largest_node = std::max(largest_node, n.gpus);
+  FinishMetrics(sj_, wait_by_, end, first_submit_, total_gpus_, largest_node, decide_total_us_, opt_, &res_);
   FinishBill(sj_, end, policy_, &m_);
 }
 

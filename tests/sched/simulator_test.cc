@@ -54,11 +54,21 @@ TEST(Simulator, InvariantsHoldForEveryPolicyAndSeed) {
       EXPECT_LT(m.work_conservation_error_s, 1e-3 * m.jobs) << name;
       EXPECT_GT(m.utilization, 0.0);
       EXPECT_LE(m.utilization, 1.0 + 1e-9) << name;
+      int largest = 0, whole = 0;  // the high jobs that need a whole node, and their waits
+      double whole_wait_s = 0;
+      for (const Node& n : t.nodes) largest = std::max(largest, n.gpus);
       for (size_t i = 0; i < t.jobs.size(); ++i) {
         ASSERT_GE(r.first_start[i], t.jobs[i].submit) << name;
         // A job needs at least its duration from first start to finish.
         ASSERT_GE(r.finish[i] - r.first_start[i], t.jobs[i].duration_s - 1e-6) << name << " " << t.jobs[i].id;
+        if (t.jobs[i].cls == PriorityClass::kHigh && t.jobs[i].gpus >= largest) {
+          ++whole;
+          whole_wait_s += r.first_start[i] - t.jobs[i].submit;
+        }
       }
+      EXPECT_GT(whole, 0) << "the synthetic trace has whole-node high jobs";
+      EXPECT_EQ(m.high_whole_node_jobs, whole) << name;
+      EXPECT_NEAR(m.high_whole_node_wait_mean_s, whole ? whole_wait_s / whole : 0, 1e-6) << name;
       if (std::string(name) == "fcfs") {
         EXPECT_EQ(m.preemptions, 0);
         EXPECT_EQ(m.lost_gpu_hours, 0);

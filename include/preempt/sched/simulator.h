@@ -158,6 +158,11 @@ struct SimMetrics {
   std::string policy;
   int jobs = 0, completed = 0;
   double high_wait_mean_s = 0, high_wait_p95_s = 0;
+  // High jobs that need a whole node of the cluster's largest size, and their mean first-start
+  // wait (up to the end for one never started): too few to move the p95, yet a policy can make
+  // them wait days longer or shorter and pay for it elsewhere.
+  int high_whole_node_jobs = 0;
+  double high_whole_node_wait_mean_s = 0;
   double medium_wait_mean_s = 0, low_wait_mean_s = 0, low_wait_max_s = 0;
   int low_total = 0, low_completed = 0, low_starved = 0;
   double lost_gpu_hours = 0;        // uncommitted work + restores, GPU-hours
